@@ -1,0 +1,563 @@
+"""Sweep and rig definition files (TOML) parsed into frozen, validated dataclasses.
+
+Units: SI inside; a file field carries its unit in its name (``length_mm``,
+``youngs_modulus_gpa``, ``frequency_hz``, ``voltage_limit_v``...) and is converted at load.
+Every problem is a :class:`~hbtest.errors.ConfigError` naming the file and the dotted key.
+
+``--set dotted.key=value`` overrides (value parsed as a TOML value, bare words as strings)
+are applied to the parsed document before validation, so they are checked like the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ConfigError
+
+__all__ = [
+    "Section",
+    "load_toml",
+    "apply_overrides",
+    "parse_override",
+    "SourceFile",
+    "BeamSpec",
+    "NumericalSpec",
+    "ExcitationSpec",
+    "SweepSpec",
+    "TestSpec",
+    "SolverSpec",
+    "OutputSpec",
+    "SweepConfig",
+    "RigConfig",
+    "load_sweep",
+    "load_rig",
+]
+
+
+# ---------------------------------------------------------------------------------------
+# reading helpers
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A definition file as read: path, verbatim text and its SHA-256 (for provenance)."""
+
+    path: str
+    text: str
+    sha256: str
+
+
+def load_toml(path, overrides=()) -> tuple[dict, SourceFile]:
+    """Read a TOML file; apply ``--set`` overrides. Errors name the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(str(path), "", "file not found")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(str(path), "", f"cannot read: {e}") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(str(path), "", f"not valid TOML: {e}") from None
+    apply_overrides(doc, overrides, str(path))
+    return doc, SourceFile(str(path), text, hashlib.sha256(text.encode()).hexdigest())
+
+
+def parse_override(item: str, source: str = "--set") -> tuple[str, Any]:
+    """``"a.b=1.5"`` -> ("a.b", 1.5). Values are TOML values; bare words become strings."""
+    if "=" not in item:
+        raise ConfigError(source, item, "an override must look like dotted.key=value")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(source, item, "empty key in override")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return key, value
+
+
+def apply_overrides(doc: dict, overrides, source: str) -> None:
+    """Apply ``--set`` overrides in place. Overriding a table or a key inside a non-table is
+    an error; new keys are allowed here and checked by the schema like any other."""
+    for item in overrides:
+        key, value = parse_override(item, f"{source} (--set)")
+        parts = key.split(".")
+        node = doc
+        for part in parts[:-1]:
+            nxt = node.setdefault(part, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"{source} (--set)", key, f"{part!r} is not a table")
+            node = nxt
+        if isinstance(node.get(parts[-1]), dict):
+            raise ConfigError(f"{source} (--set)", key, "is a table; set one of its keys")
+        node[parts[-1]] = value
+
+
+class Section:
+    """Typed, unit-aware access to one table of a definition file. Every key read is
+    remembered; :meth:`finish` reports the first unknown key."""
+
+    def __init__(self, data: Any, source: str, prefix: str = ""):
+        if not isinstance(data, dict):
+            raise ConfigError(source, prefix or "(top level)", f"must be a table, got {type(data).__name__}")
+        self.data, self.source, self.prefix = data, source, prefix
+        self._used: set[str] = set()
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}.{name}" if self.prefix else name
+
+    def error(self, name: str, problem: str) -> ConfigError:
+        return ConfigError(self.source, self.key(name), problem)
+
+    def has(self, name: str) -> bool:
+        return name in self.data
+
+    def _get(self, name, default, required):
+        self._used.add(name)
+        if name in self.data:
+            return self.data[name]
+        if required:
+            raise self.error(name, "missing")
+        return default
+
+    def sub(self, name: str, required: bool = True) -> "Section":
+        v = self._get(name, {}, required)
+        return Section(v, self.source, self.key(name))
+
+    def subs(self, name: str) -> list["Section"]:
+        """An array of tables (``[[name]]``)."""
+        v = self._get(name, [], False)
+        if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
+            raise self.error(name, "must be an array of tables")
+        return [Section(x, self.source, f"{self.key(name)}[{i}]") for i, x in enumerate(v)]
+
+    def number(self, name, default=None, *, required=None, scale=1.0, min=None, max=None, positive=False, nonnegative=False, integer=False) -> float:
+        """A number (int/float, not bool) times ``scale`` (unit conversion). Bounds apply to
+        the value as written in the file."""
+        required = default is None if required is None else required
+        v = self._get(name, default, required)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise self.error(name, f"must be a number, got {type(v).__name__} {v!r}")
+        if integer and not (isinstance(v, int) or float(v).is_integer()):
+            raise self.error(name, f"must be an integer, got {v!r}")
+        if not math.isfinite(v):
+            raise self.error(name, f"must be finite, got {v!r}")
+        if positive and not v > 0:
+            raise self.error(name, f"must be positive, got {v!r}")
+        if nonnegative and v < 0:
+            raise self.error(name, f"must not be negative, got {v!r}")
+        if min is not None and v < min:
+            raise self.error(name, f"must be >= {min}, got {v!r}")
+        if max is not None and v > max:
+            raise self.error(name, f"must be <= {max}, got {v!r}")
+        return int(v) if integer else float(v) * scale
+
+    def integer(self, name, default=None, **kw) -> int:
+        return self.number(name, default, integer=True, **kw)
+
+    def string(self, name, default=None, *, choices=None, required=None) -> str:
+        required = default is None if required is None else required
+        v = self._get(name, default, required)
+        if v is None:
+            return None
+        if not isinstance(v, str):
+            raise self.error(name, f"must be a string, got {type(v).__name__} {v!r}")
+        if choices is not None and v not in choices:
+            raise self.error(name, f"must be one of {', '.join(map(str, choices))}; got {v!r}")
+        return v
+
+    def boolean(self, name, default=None) -> bool:
+        v = self._get(name, default, default is None)
+        if not isinstance(v, bool):
+            raise self.error(name, f"must be true or false, got {v!r}")
+        return v
+
+    def numbers(self, name, default=None, *, scale=1.0, length=None, positive=False, nonnegative=False, integer=False) -> tuple:
+        v = self._get(name, default, default is None)
+        if not isinstance(v, (list, tuple)):
+            raise self.error(name, f"must be an array of numbers, got {v!r}")
+        if length is not None and len(v) != length:
+            raise self.error(name, f"must have {length} entries, got {len(v)}")
+        out = []
+        for i, x in enumerate(v):
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+                raise self.error(name, f"entry {i} must be a finite number, got {x!r}")
+            if integer and not float(x).is_integer():
+                raise self.error(name, f"entry {i} must be an integer, got {x!r}")
+            if positive and not x > 0:
+                raise self.error(name, f"entry {i} must be positive, got {x!r}")
+            if nonnegative and x < 0:
+                raise self.error(name, f"entry {i} must not be negative, got {x!r}")
+            out.append(int(x) if integer else float(x) * scale)
+        return tuple(out)
+
+    def path(self, name, base: Path, default=None) -> Path | None:
+        v = self.string(name, default, required=default is None)
+        if v is None:
+            return None
+        p = Path(v)
+        return p if p.is_absolute() else (base / p)
+
+    def finish(self) -> None:
+        """Raise on the first key that was never read (unknown key)."""
+        for k in self.data:
+            if k not in self._used:
+                raise self.error(k, "unknown key")
+
+
+# ---------------------------------------------------------------------------------------
+# sweep file schema
+
+
+@dataclass(frozen=True)
+class BeamSpec:
+    """A uniform Euler–Bernoulli beam segment (SI units)."""
+
+    length: float
+    width: float
+    thickness: float
+    youngs_modulus: float
+    density: float
+    zeta_mass: float
+    zeta_stiffness: float
+    elements: int
+
+    @property
+    def EI(self) -> float:
+        return self.youngs_modulus * self.width * self.thickness**3 / 12
+
+    @property
+    def rhoA(self) -> float:
+        return self.density * self.width * self.thickness
+
+    def build(self, left: str, right: str, x_offset: float = 0.0, extra_nodes=()):
+        from .structures import beam
+
+        return beam(
+            self.length, self.width, self.thickness, self.youngs_modulus, self.density,
+            n_elements=self.elements, zeta_mass=self.zeta_mass, zeta_stiffness=self.zeta_stiffness,
+            left=left, right=right, x_offset=x_offset, extra_nodes=extra_nodes,
+        )
+
+
+def read_beam(sec: Section, default_from: BeamSpec | None = None, length_required: bool = True) -> BeamSpec:
+    """Read a beam table: ``length_mm, width_mm, thickness_mm, youngs_modulus_gpa,
+    density_kg_m3, zeta_mass_per_s, zeta_stiffness_s, elements``. Missing section/material keys
+    fall back to ``default_from`` when given."""
+    d = default_from
+
+    def num(key, attr, scale, **kw):
+        if d is not None and not sec.has(key):
+            sec._used.add(key)
+            return getattr(d, attr)
+        return sec.number(key, scale=scale, **kw)
+
+    length = sec.number("length_mm", scale=1e-3, positive=True) if length_required or sec.has("length_mm") else None
+    return BeamSpec(
+        length=length,
+        width=num("width_mm", "width", 1e-3, positive=True),
+        thickness=num("thickness_mm", "thickness", 1e-3, positive=True),
+        youngs_modulus=num("youngs_modulus_gpa", "youngs_modulus", 1e9, positive=True),
+        density=num("density_kg_m3", "density", 1.0, positive=True),
+        zeta_mass=num("zeta_mass_per_s", "zeta_mass", 1.0, nonnegative=True) if (d is not None or sec.has("zeta_mass_per_s")) else sec.number("zeta_mass_per_s", 0.0, nonnegative=True),
+        zeta_stiffness=num("zeta_stiffness_s", "zeta_stiffness", 1.0, nonnegative=True) if (d is not None or sec.has("zeta_stiffness_s")) else sec.number("zeta_stiffness_s", 0.0, nonnegative=True),
+        elements=sec.integer("elements", 20 if d is None else d.elements, min=1, max=2000),
+    )
+
+
+@dataclass(frozen=True)
+class NumericalSpec:
+    """The numerical substructure: a beam clamped (``root``) at x = 0 with the interface at
+    its other end (x = length)."""
+
+    kind: str
+    beam: BeamSpec
+    root: str
+
+    def substructure(self):
+        from .substructure import Substructure
+
+        b = self.beam.build(left=self.root, right="free")
+        j = b.x_nodes.size - 1
+        return Substructure(b, (f"u{j}", f"theta{j}"))
+
+
+@dataclass(frozen=True)
+class ExcitationSpec:
+    """External force on the numerical substructure [N]: amplitude of the fundamental of a
+    sinusoidal point force (cosine phase reference) at ``position`` [m from the root; default the
+    interface node]."""
+
+    amplitude: float
+    position: float | None
+
+    def force_vector(self, ns) -> np.ndarray:
+        b = ns.structure
+        x = b.x_nodes[-1] if self.position is None else self.position
+        F = np.zeros(b.n_dof, dtype=complex)
+        F[b.index(f"u{b.node_at(x)}")] = self.amplitude
+        return F
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """The frequency list [Hz] and the harmonic orders solved."""
+
+    start_hz: float
+    stop_hz: float
+    points: int
+    direction: str
+    harmonics: tuple[int, ...]
+
+    @property
+    def frequencies_hz(self) -> np.ndarray:
+        """Frequencies in the order they are tested."""
+        f = np.linspace(self.start_hz, self.stop_hz, self.points)
+        if self.direction == "down":
+            return f[::-1].copy()
+        if self.direction == "up-down":
+            return np.concatenate([f, f[-2::-1]])
+        return f
+
+
+@dataclass(frozen=True)
+class TestSpec:
+    """Tolerances of the test (SI: metres). ``residual``: ``displacement`` or ``force`` form;
+    ``force_reconstruction``: see :data:`hbtest.sensors.FORCE_METHODS`."""
+
+    target_mode: int
+    tolerance: float
+    transient_tolerance: float
+    averaging_periods: int
+    max_iterations: int
+    residual: str
+    force_reconstruction: str
+
+
+@dataclass(frozen=True)
+class SolverSpec:
+    """Solver profile and its safety knobs (SI: volts)."""
+
+    profile: str
+    max_step_v: float
+    ramp_periods: float
+    max_settle_windows: int
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    store: Path
+    plot: bool
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """A parsed sweep definition file."""
+
+    source: SourceFile
+    name: str
+    rig_path: Path
+    numerical: NumericalSpec
+    excitation: ExcitationSpec
+    sweep: SweepSpec
+    test: TestSpec
+    solver: SolverSpec
+    output: OutputSpec
+    design_ps: BeamSpec | None = None
+
+
+def load_sweep(path, overrides=()) -> SweepConfig:
+    """Parse and validate a sweep file (see ``sweeps/paper-cantilever.toml`` for every key)."""
+    from .sensors import FORCE_METHODS
+
+    doc, src = load_toml(path, overrides)
+    top = Section(doc, src.path)
+    base = Path(src.path).resolve().parent
+    name = top.string("name", Path(src.path).stem)
+    rig_path = top.path("rig", base)
+
+    sw = top.sub("sweep")
+    start = sw.number("start_hz", positive=True)
+    stop = sw.number("stop_hz", positive=True)
+    if stop <= start:
+        raise sw.error("stop_hz", f"sweep band is empty: stop_hz ({stop:g}) must exceed start_hz ({start:g})")
+    harmonics = sw.numbers("harmonics", [1], integer=True, nonnegative=True)
+    if not harmonics or len(set(harmonics)) != len(harmonics) or max(harmonics) == 0:
+        raise sw.error("harmonics", "needs distinct orders including at least one k >= 1")
+    sweep = SweepSpec(
+        start_hz=start,
+        stop_hz=stop,
+        points=sw.integer("points", min=2, max=100000),
+        direction=sw.string("direction", "up", choices=("up", "down", "up-down")),
+        harmonics=tuple(sorted(harmonics)),
+    )
+    sw.finish()
+
+    nm = top.sub("numerical")
+    kind = nm.string("kind", "beam", choices=("beam",))
+    root = nm.string("root", "clamped", choices=("clamped", "pinned", "free", "sliding"))
+    numerical = NumericalSpec(kind=kind, beam=read_beam(nm), root=root)
+    nm.finish()
+
+    ex = top.sub("excitation")
+    ex.string("kind", "point_force", choices=("point_force",))
+    pos = ex.number("position_mm", None, required=False, scale=1e-3, nonnegative=True)
+    if pos is not None and pos > numerical.beam.length * (1 + 1e-12):
+        raise ex.error("position_mm", f"{pos * 1e3:g} mm lies outside the numerical beam (0..{numerical.beam.length * 1e3:g} mm)")
+    excitation = ExcitationSpec(amplitude=ex.number("amplitude_n", positive=True), position=pos)
+    ex.finish()
+
+    ts = top.sub("test")
+    test = TestSpec(
+        target_mode=ts.integer("target_mode", 1, min=1, max=100),
+        tolerance=ts.number("tolerance_mm", 0.02, scale=1e-3, positive=True),
+        transient_tolerance=ts.number("transient_tolerance_mm", 0.013, scale=1e-3, positive=True),
+        averaging_periods=ts.integer("averaging_periods", 30, min=1, max=10000),
+        max_iterations=ts.integer("max_iterations", 100, min=1, max=10000),
+        residual=ts.string("residual", "displacement", choices=("displacement", "force")),
+        force_reconstruction=ts.string("force_reconstruction", "segment", choices=FORCE_METHODS),
+    )
+    ts.finish()
+
+    so = top.sub("solver", required=False)
+    solver = SolverSpec(
+        profile=so.string("profile", "hbtest", choices=("hbtest", "published")),
+        max_step_v=so.number("max_step_v", 0.5, positive=True),
+        ramp_periods=so.number("ramp_periods", 2.0, nonnegative=True, max=1000),
+        max_settle_windows=so.integer("max_settle_windows", 20, min=2, max=1000),
+    )
+    so.finish()
+
+    out = top.sub("output", required=False)
+    store = out.path("store", base, default=f"runs/{name}.zarr")
+    output = OutputSpec(store=store if store.is_absolute() else Path(store), plot=out.boolean("plot", True))
+    out.finish()
+
+    design_ps = None
+    if top.has("design"):
+        ds = top.sub("design")
+        design_ps = read_beam(ds.sub("physical"), default_from=numerical.beam)
+        ds.finish()
+    top.finish()
+    return SweepConfig(src, name, rig_path, numerical, excitation, sweep, test, solver, output, design_ps)
+
+
+# ---------------------------------------------------------------------------------------
+# rig file: common part; the ``[virtual]`` table is parsed by hbtest.rig.virtual
+
+
+@dataclass(frozen=True)
+class RigConfig:
+    """A parsed rig definition file. ``sensors`` is the :class:`~hbtest.sensors.SensorLayout`;
+    ``virtual`` holds the kind-specific parsed table."""
+
+    source: SourceFile
+    kind: str
+    identity: str
+    actuators: tuple[str, ...]
+    sample_rate_hz: float
+    voltage_limit_v: float
+    sensors: Any
+    virtual: Any = None
+    physical: BeamSpec | None = None  # the PS beam as the rig file describes it (design)
+
+
+def read_sensors(sec: Section):
+    """``[sensors]``: laser spacing, gauges, calibration, segment properties and channels."""
+    from .sensors import ChannelSpec, SensorLayout
+
+    seg = read_beam(sec.sub("segment"), length_required=False)
+    gauges = sec.numbers("gauge_positions_mm", scale=1e-3, length=2, nonnegative=True)
+    if not gauges[0] < gauges[1]:
+        raise sec.error("gauge_positions_mm", "needs d1 < d2")
+    cal = sec.number("gauge_calibration_nm_per_strain", 0.0, nonnegative=True)
+    if cal == 0.0:
+        cal = 2 * seg.EI / seg.thickness  # c = 2 EI / h (see hbtest.sensors)
+    channels = []
+    names = set()
+    for ch in sec.subs("channels"):
+        name = ch.string("name", choices=("l1", "l2", "g1", "g2"))
+        if name in names:
+            raise ch.error("name", f"channel {name!r} defined twice")
+        names.add(name)
+        kind = "laser" if name.startswith("l") else "strain_gauge"
+        lag = ()
+        if ch.has("lag_table"):
+            raw = ch._get("lag_table", None, True)
+            if not isinstance(raw, list) or not all(isinstance(r, list) and len(r) == 2 for r in raw):
+                raise ch.error("lag_table", "must be [[frequency_hz, lag_rad], ...]")
+            lag = tuple((float(a), float(b)) for a, b in raw)
+        channels.append(
+            ChannelSpec(
+                name=name,
+                kind=kind,
+                unit="m" if kind == "laser" else "strain",
+                scale=ch.number("scale_per_v", positive=True),
+                offset=ch.number("offset", 0.0),
+                lowpass_hz=ch.number("lowpass_hz", 0.0, nonnegative=True),
+                lowpass_order=ch.integer("lowpass_order", 2, min=1, max=8),
+                lag_table=lag,
+            )
+        )
+        ch.finish()
+    missing = {"l1", "l2", "g1", "g2"} - names
+    if missing:
+        raise sec.error("channels", f"missing channel(s) {', '.join(sorted(missing))}")
+    layout = SensorLayout(
+        laser_spacing=sec.number("laser_spacing_mm", scale=1e-3),
+        gauge_positions=gauges,
+        gauge_calibration=cal,
+        EI=seg.EI,
+        rhoA=seg.rhoA,
+        thickness=seg.thickness,
+        zeta_mass=seg.zeta_mass,
+        zeta_stiffness=seg.zeta_stiffness,
+        channels=tuple(channels),
+    )
+    if layout.laser_spacing == 0:
+        raise sec.error("laser_spacing_mm", "must be non-zero")
+    sec.finish()
+    return layout
+
+
+def load_rig(path, overrides=()) -> RigConfig:
+    """Parse and validate a rig file. Kind-specific tables are parsed by the rig modules."""
+    doc, src = load_toml(path, overrides)
+    top = Section(doc, src.path)
+    rig = top.sub("rig")
+    kind = rig.string("kind", choices=("virtual",))
+    actuators = tuple(rig._get("actuators", ["vertical", "rotational"], False))
+    if len(actuators) != 2 or not all(isinstance(a, str) and a for a in actuators) or len(set(actuators)) != 2:
+        raise rig.error("actuators", "must name two distinct actuators (translation, rotation)")
+    common = dict(
+        identity=rig.string("identity", Path(src.path).stem),
+        actuators=actuators,
+        sample_rate_hz=rig.number("sample_rate_hz", positive=True),
+        voltage_limit_v=rig.number("voltage_limit_v", positive=True),
+    )
+    rig.finish()
+    sensors = read_sensors(top.sub("sensors"))
+    physical = None
+    if top.has("physical"):
+        ph = top.sub("physical")
+        physical = read_beam(ph)
+        ph.finish()
+    from .rig.virtual import parse_virtual
+
+    if physical is None:
+        raise top.error("physical", "a virtual rig needs the [physical] beam it simulates")
+    virtual = parse_virtual(top.sub("virtual"), physical, sensors, common)
+    top.finish()
+    return RigConfig(src, kind, sensors=sensors, virtual=virtual, physical=physical, **common)

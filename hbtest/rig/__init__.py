@@ -1,0 +1,101 @@
+"""The ``Rig`` protocol: everything above this package (point loop, sweep, classical tests)
+talks to a rig only through it, so a virtual twin and real instruments are interchangeable.
+
+Time base: the demand is ``v(t) = a0 + Re sum_k V_k exp(i k 2 pi f t)`` per actuator, with
+``t`` the rig's demand time (continuous across calls; the rig keeps the phase of its
+generator continuous when the frequency changes and reports ``t`` so that the formula holds
+for the demand in force during an acquisition). Acquisitions return raw channel volts; the
+calibration lives in the rig's :class:`~hbtest.sensors.SensorLayout`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from ..sensors import SensorLayout
+
+__all__ = ["Acquisition", "RigDescription", "Rig", "check_voltage"]
+
+
+@dataclass(frozen=True)
+class Acquisition:
+    """A record of whole forcing periods.
+
+    t: sample times [s] in the demand time base (see module docstring);
+    data: channel name -> raw samples [V] (ADC units);
+    frequency_hz, sample_rate_hz; n_periods: whole forcing periods in the record;
+    elapsed_s: the rig's clock [s] at the end of the record (since the rig was opened).
+    """
+
+    t: np.ndarray
+    data: dict[str, np.ndarray]
+    frequency_hz: float
+    sample_rate_hz: float
+    n_periods: int
+    elapsed_s: float
+
+
+@dataclass(frozen=True)
+class RigDescription:
+    """What a rig says about itself: identity (for provenance), actuators (names, in the order
+    of the voltage array), sensor layout with calibration, voltage limit [V], sample rate."""
+
+    identity: str
+    kind: str  # "virtual" | "visa" | ...
+    actuators: tuple[str, ...]
+    sample_rate_hz: float
+    voltage_limit_v: float
+    sensors: SensorLayout
+    details: dict = field(default_factory=dict)
+
+
+@runtime_checkable
+class Rig(Protocol):
+    """Protocol of a hybrid-test rig (virtual or real)."""
+
+    def describe(self) -> RigDescription:
+        """Channels, calibration, limits and identity."""
+
+    def set_demand(self, frequency_hz: float, voltage: np.ndarray, orders, ramp_periods: float = 2.0) -> None:
+        """Change the actuator demand to complex voltage coefficients ``voltage`` [V], shape
+        (n_actuators, n_orders) for harmonic ``orders`` (0 = DC), at ``frequency_hz``. The
+        change is applied smoothly over ``ramp_periods`` forcing periods (rig time passes).
+        Raises :class:`hbtest.errors.LimitExceeded` if the peak voltage would exceed the limit."""
+
+    def acquire(self, n_periods: int) -> Acquisition:
+        """Record ``n_periods`` whole forcing periods of all channels (rig time passes)."""
+
+    def wait(self, n_periods: float) -> None:
+        """Let ``n_periods`` forcing periods pass without recording."""
+
+    @property
+    def elapsed_s(self) -> float:
+        """Rig clock [s] since the rig was opened (simulated time for a virtual rig)."""
+
+    def safe_state(self) -> None:
+        """Ramp all outputs to zero."""
+
+    def close(self) -> None:
+        """Safe state, then release the instruments."""
+
+    def __enter__(self) -> "Rig": ...
+
+    def __exit__(self, *exc) -> None: ...
+
+
+def peak_voltage(voltage: np.ndarray, orders) -> np.ndarray:
+    """Upper bound of the peak |v(t)| per actuator [V]: |a0| + sum_k |V_k|."""
+    v = np.abs(np.asarray(voltage))
+    return v.sum(axis=-1)
+
+
+def check_voltage(voltage: np.ndarray, orders, limit_v: float, who: str) -> None:
+    """Raise :class:`~hbtest.errors.LimitExceeded` when the demand could exceed ``limit_v``."""
+    from ..errors import LimitExceeded
+
+    peak = peak_voltage(voltage, orders)
+    if np.any(peak > limit_v * (1 + 1e-12)):
+        raise LimitExceeded(f"{who}: demand of {peak.max():.3g} V exceeds the voltage limit of {limit_v:g} V")
