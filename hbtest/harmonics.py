@@ -101,10 +101,10 @@ def fit(
     if frequency_hz <= 0:
         raise ValueError("frequency_hz must be positive")
     period = 1.0 / frequency_hz
-    # A record of N whole periods sampled at fs ends one sample step before N*T: count
-    # periods with that step included.
+    # A record of N whole periods holds round(N T fs) samples: it may end up to half a
+    # sample short of N T. Count periods with one and a half sample steps of slack.
     dt = float(np.median(np.diff(t))) if t.size > 1 else 0.0
-    available = int(np.floor((t[-1] - t[0] + dt) / period + 1e-6)) if t.size > 1 else 0
+    available = int(np.floor((t[-1] - t[0] + 1.5 * dt) / period)) if t.size > 1 else 0
     if n_periods is None:
         n_periods = available
     if n_periods < 1 or n_periods > available:

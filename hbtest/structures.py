@@ -193,11 +193,13 @@ def beam(
     right: str = "free",
     extra_nodes=(),
     x_offset: float = 0.0,
+    nodes=None,
 ) -> Beam:
     """Euler–Bernoulli beam of rectangular section (SI units: m, Pa, kg/m^3).
 
     ``n_elements`` equal elements, plus nodes at the positions ``extra_nodes`` [m, from the
-    first node] (e.g. strain-gauge locations). Boundary conditions ``left``/``right`` are
+    first node] (e.g. strain-gauge locations); or exactly the node positions ``nodes`` [m,
+    from 0 to length] when given (``n_elements`` is then ignored). Boundary conditions ``left``/``right`` are
     among :data:`BOUNDARY_CONDITIONS`. ``zeta_mass`` [1/s] and ``zeta_stiffness`` [s] give
     ``C = zeta_mass M + zeta_stiffness K``. Node positions are reported as ``x_offset + x``.
     """
@@ -209,7 +211,9 @@ def beam(
     for bc in (left, right):
         if bc not in BOUNDARY_CONDITIONS:
             raise ValueError(f"unknown boundary condition {bc!r}; use one of {sorted(BOUNDARY_CONDITIONS)}")
-    x = np.linspace(0.0, length, n_elements + 1)
+    x = np.linspace(0.0, length, n_elements + 1) if nodes is None else np.asarray(nodes, dtype=float)
+    if nodes is not None and (abs(x[0]) > 1e-12 or abs(x[-1] - length) > 1e-12 or np.any(np.diff(x) <= 0)):
+        raise ValueError("beam nodes must increase strictly from 0 to the length")
     extra = [float(e) for e in extra_nodes]
     for e in extra:
         if not 0 <= e <= length:

@@ -19,7 +19,7 @@ import scipy.linalg
 
 from .structures import Beam, Structure, beam
 
-__all__ = ["condense", "Substructure", "split_beam", "mode_nodes", "join"]
+__all__ = ["condense", "Substructure", "split_beam", "mode_nodes", "join", "join_beams"]
 
 
 def condense(D: np.ndarray, interface: list[int]) -> np.ndarray:
@@ -31,9 +31,13 @@ def condense(D: np.ndarray, interface: list[int]) -> np.ndarray:
     Dii = D[..., i, :][..., :, i]
     if not b:
         return Dii
-    Dib = D[..., i, :][..., :, b]
-    Dbi = D[..., b, :][..., :, i]
+    # symmetric diagonal scaling of the bulk (rotations and translations differ by orders of
+    # magnitude in a beam) — exact in exact arithmetic, much better conditioned in floats
     Dbb = D[..., b, :][..., :, b]
+    sb = 1.0 / np.sqrt(np.abs(np.diagonal(Dbb, axis1=-2, axis2=-1)))
+    Dib = D[..., i, :][..., :, b] * sb[..., None, :]
+    Dbi = D[..., b, :][..., :, i] * sb[..., :, None]
+    Dbb = Dbb * sb[..., :, None] * sb[..., None, :]
     return Dii - Dib @ np.linalg.solve(Dbb, Dbi)
 
 
@@ -129,6 +133,33 @@ def join(ns: Substructure, ps: Substructure) -> Structure:
     return Structure(M=mats[0], C=mats[1], K=mats[2], dof_names=names)
 
 
+def join_beams(ns: Substructure, ps: Substructure) -> Beam:
+    """Join a numerical root beam (interface = its last node) and a physical tip beam
+    (interface = its first node) into one :class:`~hbtest.structures.Beam` with global node
+    numbering (so mode shapes can be read along x). Sections may differ; ``EI``/``rhoA`` of
+    the result are those of the numerical part."""
+    nb, pb = ns.structure, ps.structure
+    if not (isinstance(nb, Beam) and isinstance(pb, Beam)):
+        raise TypeError("join_beams needs two beams")
+    jn = nb.x_nodes.size - 1
+    if ns.interface != (f"u{jn}", f"theta{jn}") or ps.interface != ("u0", "theta0"):
+        raise ValueError("join_beams expects the NS interface at its last node and the PS at its first")
+    joined = join(ns, ps)
+
+    def rename(name: str) -> str:
+        side, dof = name.split(".", 1)
+        kind = "u" if dof.startswith("u") else "theta"
+        j = int(dof[len(kind):])
+        return f"{kind}{j + jn}" if side == "P" else f"{kind}{j}" if side == "N" else f"{kind}{jn}"
+
+    return Beam(
+        M=joined.M, C=joined.C, K=joined.K,
+        dof_names=tuple(rename(n) for n in joined.dof_names),
+        x_nodes=np.concatenate([nb.x_nodes, pb.x_nodes[1:] - pb.x_nodes[0] + nb.x_nodes[-1]]),
+        EI=nb.EI, rhoA=nb.rhoA, zeta_mass=nb.zeta_mass, zeta_stiffness=nb.zeta_stiffness, section=dict(nb.section),
+    )
+
+
 def split_beam(
     total_length: float,
     interface_at: float,
@@ -155,7 +186,8 @@ def split_beam(
     kw = dict(width=width, thickness=thickness, youngs_modulus=youngs_modulus, density=density, zeta_mass=zeta_mass, zeta_stiffness=zeta_stiffness)
     ns_beam = beam(ln, n_elements=nn, left=root, right="free", **kw)
     ps_beam = beam(lp, n_elements=npe, left="free", right=tip, x_offset=ln, **kw)
-    full = beam(total_length, n_elements=nn + npe, left=root, right=tip, extra_nodes=[ln], **kw)
+    full_nodes = np.concatenate([ns_beam.x_nodes, ps_beam.x_nodes[1:]])
+    full = beam(total_length, left=root, right=tip, nodes=full_nodes, **kw)
     jn = ns_beam.x_nodes.size - 1
     ns = Substructure(ns_beam, (f"u{jn}", f"theta{jn}"))
     ps = Substructure(ps_beam, ("u0", "theta0"))

@@ -1,0 +1,1 @@
+"""Subcommands of the hbtest CLI; each module has ``register(subparsers)``."""

@@ -1,0 +1,49 @@
+"""``hbtest design SWEEPFILE [--json]``: the test-design report."""
+
+from __future__ import annotations
+
+import json
+
+
+def add_file_arguments(p, what: str = "sweep") -> None:
+    """The ``FILE`` positional and repeatable ``--set dotted.key=value`` overrides."""
+    p.add_argument("file", metavar="FILE", help=f"{what} definition file (TOML)")
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override a value of the file, e.g. --set sweep.points=61 (repeatable)",
+    )
+
+
+def register(sub) -> None:
+    p = sub.add_parser("design", help="test-design report: hybrid modes, clamped-interface modes, nodes, warnings")
+    add_file_arguments(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..config import load_sweep
+    from ..design import design_report
+
+    cfg = load_sweep(args.file, args.overrides)
+    rep = design_report(cfg)
+    if args.json:
+        print(json.dumps(rep.to_dict()))
+        return 0
+    print(f"Test design for {cfg.source.path}")
+    print(f"  interface at {rep.interface_mm:g} mm of {rep.total_length_mm:g} mm; PS model from {rep.ps_source}")
+    print(f"  {'mode':>4} {'hybrid Hz':>11} {'zeta %':>7}  nodes [mm from root]")
+    for i, (f, z, nodes) in enumerate(zip(rep.hybrid_modes_hz, rep.hybrid_damping_ratios, rep.mode_nodes_mm), 1):
+        mark = "  <- target" if i == rep.target_mode else ""
+        print(f"  {i:>4} {f:>11.4f} {100 * z:>7.3f}  {', '.join(f'{x:.1f}' for x in nodes) or '-'}{mark}")
+    print("  clamped-interface modes [Hz]:")
+    print("    numerical: " + ", ".join(f"{f:.2f}" for f in rep.ns_clamped_interface_modes_hz))
+    print("    physical:  " + ", ".join(f"{f:.2f}" for f in rep.ps_clamped_interface_modes_hz))
+    print(f"  target mode {rep.target_mode} at {rep.target_mode_hz:.4f} Hz; interface amplitude {rep.interface_relative_amplitude:.1%} of the mode maximum")
+    if rep.warnings:
+        print("  warnings:")
+        for w in rep.warnings:
+            print(f"    - {w}")
+    else:
+        print("  no warnings")
+    return 0

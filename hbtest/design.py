@@ -1,0 +1,124 @@
+"""Test-design report for a sweep file (SPEC §1): modes of the emulated (hybrid) structure,
+clamped-interface modes of both substructures, nodes of the modes, and warnings.
+
+Why these numbers matter: poles of ``D_N`` and ``D_P`` (clamped-interface modes) are
+anti-resonances of the hybrid interface response — exciting near one makes small interface
+motion need large forces (ill-conditioning, rig danger); a node of the target mode at the
+interface makes the mode uncontrollable from the interface.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from . import harmonics
+from .config import BeamSpec, SweepConfig
+from .substructure import Substructure, join_beams, mode_nodes
+
+__all__ = ["DesignReport", "design_report", "physical_beam_for_design"]
+
+# a sweep frequency (or one of its harmonics) within this relative distance of a clamped-
+# interface mode triggers a warning
+CLAMPED_MODE_MARGIN = 0.10
+# the interface is "near a node" when the target mode's interface displacement is below this
+# fraction of the mode's largest displacement
+NODE_AMPLITUDE_FRACTION = 0.10
+
+
+@dataclass
+class DesignReport:
+    """All lengths in mm from the root, frequencies in Hz."""
+
+    hybrid_modes_hz: list
+    hybrid_damping_ratios: list
+    ns_clamped_interface_modes_hz: list
+    ps_clamped_interface_modes_hz: list
+    mode_nodes_mm: list
+    interface_mm: float
+    total_length_mm: float
+    target_mode: int
+    target_mode_hz: float
+    interface_relative_amplitude: float
+    sweep_hz: tuple
+    harmonics: tuple
+    ps_source: str
+    warnings: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def physical_beam_for_design(cfg: SweepConfig) -> tuple[BeamSpec, str]:
+    """The PS beam used for design: the sweep's ``[design.physical]`` if given, else the rig
+    file's ``[physical]`` beam."""
+    if cfg.design_ps is not None:
+        return cfg.design_ps, f"{cfg.source.path} [design.physical]"
+    from .config import load_rig
+
+    rig = load_rig(cfg.rig_path)
+    return rig.physical, f"{rig.source.path} [physical]"
+
+
+def design_report(cfg: SweepConfig, n_modes: int = 6) -> DesignReport:
+    ps_beam, ps_source = physical_beam_for_design(cfg)
+    ns = cfg.numerical.substructure()
+    ln = cfg.numerical.beam.length
+    pb = ps_beam.build(left="free", right="free", x_offset=ln)
+    ps = Substructure(pb, ("u0", "theta0"))
+    hybrid = join_beams(ns, ps)
+    modes = hybrid.modes()
+    n = min(n_modes, modes.frequencies_hz.size)
+    nodes = [(mode_nodes(hybrid, modes.shapes[:, i]) * 1e3).tolist() for i in range(n)]
+    ns_cim = ns.clamped_interface_modes()
+    ps_cim = ps.clamped_interface_modes()
+    tm = cfg.test.target_mode
+    warnings = []
+    if tm > n:
+        raise ValueError(f"target mode {tm} beyond the {n} modes reported")
+    f_target = float(modes.frequencies_hz[tm - 1])
+    shape = hybrid.full_vector(modes.shapes[:, tm - 1])[:, 0]
+    j_if = ns.structure.x_nodes.size - 1
+    rel_amp = float(abs(shape[j_if]) / np.abs(shape).max())
+    lo, hi = cfg.sweep.start_hz, cfg.sweep.stop_hz
+    if not lo <= f_target <= hi:
+        warnings.append(f"target mode {tm} ({f_target:.3f} Hz) lies outside the sweep band {lo:g}-{hi:g} Hz")
+    if rel_amp < NODE_AMPLITUDE_FRACTION:
+        near = min(nodes[tm - 1], key=lambda x: abs(x - ln * 1e3), default=None)
+        warnings.append(
+            f"the interface at {ln * 1e3:g} mm is near a node of mode {tm}"
+            + (f" (node at {near:.1f} mm)" if near is not None else "")
+            + f": interface amplitude {rel_amp:.1%} of the mode's maximum — the mode is barely controllable"
+        )
+    for side, cim in (("numerical", ns_cim), ("physical", ps_cim)):
+        for fc in cim:
+            for k in cfg.sweep.harmonics:
+                if k == 0:
+                    continue
+                band_lo, band_hi = k * lo, k * hi
+                dist = 0.0 if band_lo <= fc <= band_hi else min(abs(fc - band_lo), abs(fc - band_hi))
+                if dist <= CLAMPED_MODE_MARGIN * fc:
+                    where = "inside" if dist == 0 else f"within {dist / fc:.0%} of"
+                    warnings.append(
+                        f"clamped-interface mode of the {side} substructure at {fc:.2f} Hz is {where} harmonic {k} of the sweep"
+                        f" ({band_lo:g}-{band_hi:g} Hz): large interface forces for small motion"
+                    )
+    for k, m in sorted({hit for f in (lo, hi) for hit in harmonics.mains_proximity(f, cfg.sweep.harmonics)}):
+        warnings.append(f"harmonic {k} of the sweep comes within 2% of mains multiple {m} x 50 Hz: averaging converges slowly there")
+    return DesignReport(
+        hybrid_modes_hz=modes.frequencies_hz[:n].tolist(),
+        hybrid_damping_ratios=modes.damping_ratios[:n].tolist(),
+        ns_clamped_interface_modes_hz=ns_cim[:n].tolist(),
+        ps_clamped_interface_modes_hz=ps_cim[:n].tolist(),
+        mode_nodes_mm=nodes,
+        interface_mm=ln * 1e3,
+        total_length_mm=(ln + ps_beam.length) * 1e3,
+        target_mode=tm,
+        target_mode_hz=f_target,
+        interface_relative_amplitude=rel_amp,
+        sweep_hz=(lo, hi),
+        harmonics=cfg.sweep.harmonics,
+        ps_source=ps_source,
+        warnings=warnings,
+    )
