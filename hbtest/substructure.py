@@ -31,13 +31,9 @@ def condense(D: np.ndarray, interface: list[int]) -> np.ndarray:
     Dii = D[..., i, :][..., :, i]
     if not b:
         return Dii
-    # symmetric diagonal scaling of the bulk (rotations and translations differ by orders of
-    # magnitude in a beam) — exact in exact arithmetic, much better conditioned in floats
+    Dib = D[..., i, :][..., :, b]
+    Dbi = D[..., b, :][..., :, i]
     Dbb = D[..., b, :][..., :, b]
-    sb = 1.0 / np.sqrt(np.abs(np.diagonal(Dbb, axis1=-2, axis2=-1)))
-    Dib = D[..., i, :][..., :, b] * sb[..., None, :]
-    Dbi = D[..., b, :][..., :, i] * sb[..., :, None]
-    Dbb = Dbb * sb[..., :, None] * sb[..., None, :]
     return Dii - Dib @ np.linalg.solve(Dbb, Dbi)
 
 
