@@ -54,15 +54,17 @@ class SourceFile:
     sha256: str
 
 
-def load_toml(path, overrides=()) -> tuple[dict, SourceFile]:
-    """Read a TOML file; apply ``--set`` overrides. Errors name the file."""
+def load_toml(path, overrides=(), text: str | None = None) -> tuple[dict, SourceFile]:
+    """Read a TOML file (or parse ``text`` as if it were that file, e.g. the verbatim copy kept
+    in a run's store); apply ``--set`` overrides. Errors name the file."""
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(str(path), "", "file not found")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(str(path), "", f"cannot read: {e}") from None
+    if text is None:
+        if not p.is_file():
+            raise ConfigError(str(path), "", "file not found")
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(str(path), "", f"cannot read: {e}") from None
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -369,6 +371,7 @@ class SweepConfig:
     source: SourceFile
     name: str
     rig_path: Path
+    rig_overrides: tuple[str, ...]
     numerical: NumericalSpec
     excitation: ExcitationSpec
     sweep: SweepSpec
@@ -378,15 +381,20 @@ class SweepConfig:
     design_ps: BeamSpec | None = None
 
 
-def load_sweep(path, overrides=()) -> SweepConfig:
-    """Parse and validate a sweep file (see ``sweeps/paper-cantilever.toml`` for every key)."""
+def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
+    """Parse and validate a sweep file (see ``sweeps/paper-cantilever.toml`` for every key).
+    ``text``: parse this instead of the file's current content (relative paths still resolve
+    against the file's folder)."""
     from .sensors import FORCE_METHODS
 
-    doc, src = load_toml(path, overrides)
+    doc, src = load_toml(path, overrides, text)
     top = Section(doc, src.path)
     base = Path(src.path).resolve().parent
     name = top.string("name", Path(src.path).stem)
     rig_path = top.path("rig", base)
+    rig_overrides = top._get("rig_set", [], False)
+    if not isinstance(rig_overrides, list) or not all(isinstance(x, str) and "=" in x for x in rig_overrides):
+        raise top.error("rig_set", 'must be a list of "dotted.key=value" overrides of the rig file')
 
     sw = top.sub("sweep")
     start = sw.number("start_hz", positive=True)
@@ -451,7 +459,7 @@ def load_sweep(path, overrides=()) -> SweepConfig:
         design_ps = read_beam(ds.sub("physical"), default_from=numerical.beam)
         ds.finish()
     top.finish()
-    return SweepConfig(src, name, rig_path, numerical, excitation, sweep, test, solver, output, design_ps)
+    return SweepConfig(src, name, rig_path, tuple(rig_overrides), numerical, excitation, sweep, test, solver, output, design_ps)
 
 
 # ---------------------------------------------------------------------------------------
@@ -532,9 +540,9 @@ def read_sensors(sec: Section):
     return layout
 
 
-def load_rig(path, overrides=()) -> RigConfig:
+def load_rig(path, overrides=(), text: str | None = None) -> RigConfig:
     """Parse and validate a rig file. Kind-specific tables are parsed by the rig modules."""
-    doc, src = load_toml(path, overrides)
+    doc, src = load_toml(path, overrides, text)
     top = Section(doc, src.path)
     rig = top.sub("rig")
     kind = rig.string("kind", choices=("virtual",))

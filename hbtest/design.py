@@ -57,7 +57,7 @@ def physical_beam_for_design(cfg: SweepConfig) -> tuple[BeamSpec, str]:
         return cfg.design_ps, f"{cfg.source.path} [design.physical]"
     from .config import load_rig
 
-    rig = load_rig(cfg.rig_path)
+    rig = load_rig(cfg.rig_path, cfg.rig_overrides)
     return rig.physical, f"{rig.source.path} [physical]"
 
 

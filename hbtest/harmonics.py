@@ -28,6 +28,7 @@ __all__ = [
     "pack",
     "unpack",
     "packed_size",
+    "real_operator",
     "mains_error_bound",
     "periods_for_accuracy",
     "max_usable_harmonic",
@@ -206,6 +207,27 @@ def unpack(vector: np.ndarray, orders) -> np.ndarray:
         else:
             out[..., i] = v[..., j] - 1j * v[..., j + 1]
             j += 2
+    return out
+
+
+def real_operator(A: np.ndarray, orders) -> np.ndarray:
+    """Real matrix acting on packed vectors equivalent to the per-harmonic complex matrices
+    ``A`` (n_orders, m, n): ``pack(Y) = real_operator(A) @ pack(X)`` (flattened channel-major)
+    for ``Y[:, k] = A[k] @ X[:, k]``. Built column by column through :func:`pack`/:func:`unpack`,
+    so it follows the one packing convention whatever it is."""
+    orders = _orders(orders)
+    A = np.asarray(A)
+    n_ord, m, n = A.shape
+    p = packed_size(orders)
+    out = np.empty((m * p, n * p))
+    for j in range(n * p):
+        e = np.zeros(n * p)
+        e[j] = 1.0
+        X = unpack(e.reshape(n, p), orders)  # (n, n_orders)
+        Y = np.einsum("kmn,nk->mk", A, X)
+        if 0 in orders:
+            Y[:, orders == 0] = Y[:, orders == 0].real
+        out[:, j] = pack(Y, orders).reshape(-1)
     return out
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..sensors import SensorLayout
 
-__all__ = ["Acquisition", "RigDescription", "Rig", "check_voltage"]
+__all__ = ["Acquisition", "RigDescription", "Rig", "check_voltage", "open_rig"]
 
 
 @dataclass(frozen=True)
@@ -99,3 +99,14 @@ def check_voltage(voltage: np.ndarray, orders, limit_v: float, who: str) -> None
     peak = peak_voltage(voltage, orders)
     if np.any(peak > limit_v * (1 + 1e-12)):
         raise LimitExceeded(f"{who}: demand of {peak.max():.3g} V exceeds the voltage limit of {limit_v:g} V")
+
+
+def open_rig(rig_config, seed: int | None = None) -> Rig:
+    """The rig a parsed rig file describes (``kind`` picks the implementation)."""
+    if rig_config.kind == "virtual":
+        from .virtual import VirtualRig
+
+        return VirtualRig(rig_config, seed=seed)
+    from ..errors import ConfigError
+
+    raise ConfigError(rig_config.source.path, "rig.kind", f"no rig implementation for {rig_config.kind!r}")
