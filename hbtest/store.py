@@ -1,0 +1,575 @@
+"""The run store: one zarr v3 store per sweep, pre-allocated, written one point at a time.
+
+This is the one place that writes results (DESIGN.md). Everything else reads it through
+:func:`open_run` / :meth:`RunStore.dataset` (lazy xarray, ``consolidated=False``).
+
+Layout
+------
+Dimensions (sizes fixed at creation from the sweep definition):
+
+- ``frequency`` — one slot per test point, in *test order* (``SweepSpec.frequencies_hz``).
+  The coordinate is the forcing frequency [Hz] and **may repeat** (an up-down sweep visits
+  every frequency except the turning point twice). It is a non-unique index: select slots by
+  position (``isel``) or through the companion coordinates ``point(frequency)`` (0..n-1, the
+  test index, unique) and ``leg(frequency)`` (0 for the first monotone run, 1 after the first
+  reversal of direction, ...). ``ds.sel(frequency=f)`` returns every visit of ``f``.
+- ``dof`` = ``["u", "theta"]`` — interface DOFs: transverse displacement u [m], rotation
+  θ [rad]; the conjugate forces are the shear T [N] and the moment M [N·m].
+- ``harmonic`` — the harmonic orders solved (SPEC §0 coefficient convention,
+  ``X_k = a_k - i b_k``; order 0 is the DC value, real).
+- ``actuator`` — actuator names of the rig.
+- ``iteration`` — 0..max_iterations (0 = the evaluation at the starting voltage).
+
+Every data variable has ``frequency`` as its first dimension and is chunked with one slot per
+chunk along it, so writing a point touches only that point's chunk files (zarr 3's local
+store writes each file atomically, temp file + rename). Unwritten slots read as the zarr
+``fill_value``: NaN (complex ``nan+nanj``) for floating/complex variables, ``-1`` for
+integers, ``False`` for booleans, ``""`` for strings. A measured exact zero is stored and
+reads back as 0, distinct from NaN. The authority on whether a slot holds a finished point is
+``done``, written *after* the point's data: a process killed at any moment leaves every
+finished point intact and at most one half-written point with ``done == False``, which a
+resumed run simply rewrites (:meth:`RunStore.write_point`).
+
+Group attributes: ``hbtest_store`` (= ``"run"``), ``schema_version``, the verbatim sweep and
+rig definition texts with their SHA-256 and paths, ``rig_identity``, ``overrides``,
+``profile``, ``versions`` (python and package versions), ``git_commit`` / ``git_dirty``
+(``None`` outside a git checkout), ``created_utc`` / ``updated_utc`` / ``finished_utc``
+(ISO 8601, UTC) and ``status`` (``running | completed | interrupted | failed``).
+Every variable carries ``units`` and ``long_name``; variables over ``dof`` carry ``units``
+as ``"m | rad"`` (etc.) and the per-DOF list ``dof_units``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import UserError
+
+__all__ = [
+    "PointRecord",
+    "RunStore",
+    "open_run",
+    "STATUSES",
+    "DOFS",
+    "SCHEMA_VERSION",
+    "tolerance_from_attrs",
+]
+
+SCHEMA_VERSION = 1
+STATUSES = ("running", "completed", "interrupted", "failed")
+DOFS = ("u", "theta")
+_MARKER = "run"
+_CNAN = complex(np.nan, np.nan)
+
+
+@dataclass
+class PointRecord:
+    """Everything measured at one frequency point (SI units, harmonic orders on the last axis
+    in the store's ``harmonic`` order). History arrays hold one row per solver iteration,
+    row 0 being the starting voltage; at most ``max_iterations + 1`` rows."""
+
+    frequency_hz: float
+    interface_displacement: np.ndarray  # (2, n_orders) complex [m, rad]
+    interface_force: np.ndarray  # (2, n_orders) complex [N, N m]
+    numerical_displacement: np.ndarray  # (2, n_orders) complex
+    external_force: np.ndarray  # (n_orders,) complex [N]
+    voltage: np.ndarray  # (n_actuators, n_orders) complex [V]
+    displacement_variance: np.ndarray  # (2, n_orders) real
+    force_variance: np.ndarray  # (2, n_orders) real
+    converged: bool
+    iterations: int
+    residual_norm: float
+    rig_periods: float
+    history_voltage: np.ndarray  # (n_iter, n_actuators, n_orders) complex
+    history_residual: np.ndarray  # (n_iter, 2, n_orders) complex
+    history_residual_norm: np.ndarray  # (n_iter,)
+    history_periods: np.ndarray  # (n_iter,) forcing periods spent on each iteration
+    reference_interface_displacement: np.ndarray | None = None  # (2, n_orders) complex
+    message: str = ""  # why it stopped
+    # fraction of the power of the measured PS interface displacement in harmonics *not*
+    # solved for (from the residual of the harmonic fit), per DOF; None when not measured
+    excluded_energy_fraction: np.ndarray | None = None  # (2,) real
+
+
+# ---------------------------------------------------------------------------------------
+# schema: name -> (dims after "frequency", kind, units, long_name)
+# kind: c = complex128, f = float64, i = int32, b = bool, s = string
+
+_SCHEMA: dict[str, tuple[tuple[str, ...], str, str, str]] = {
+    "interface_displacement": (("dof", "harmonic"), "c", "m | rad", "interface displacement measured on the physical substructure (u, theta)"),
+    "interface_force": (("dof", "harmonic"), "c", "N | N m", "interface force measured on the physical substructure (shear T conjugate to u, moment M to theta)"),
+    "numerical_displacement": (("dof", "harmonic"), "c", "m | rad", "interface displacement demanded by the numerical substructure, D_N^-1 (F_ext - F_P)"),
+    "external_force": (("harmonic",), "c", "N", "external force on the numerical substructure"),
+    "voltage": (("actuator", "harmonic"), "c", "V", "actuator voltage coefficients at the end of the point"),
+    "interface_displacement_variance": (("dof", "harmonic"), "f", "m2 | rad2", "variance of the mean of the measured displacement coefficients, E|X - EX|^2 / n_periods"),
+    "interface_force_variance": (("dof", "harmonic"), "f", "N2 | N2 m2", "variance of the mean of the measured force coefficients, E|X - EX|^2 / n_periods"),
+    "reference_interface_displacement": (("dof", "harmonic"), "c", "m | rad", "exact interface displacement of the emulated structure (virtual rigs only; NaN otherwise)"),
+    "excluded_energy_fraction": (("dof",), "f", "1", "fraction of the measured interface displacement power in harmonics not solved for (NaN when not measured)"),
+    "converged": ((), "b", "1", "residual norm fell below the tolerance"),
+    "iterations": ((), "i", "1", "solver iterations used (-1: slot not written)"),
+    "residual_norm": ((), "f", "m", "norm of the final residual (displacement form unless the sweep says otherwise)"),
+    "rig_periods": ((), "f", "1", "forcing periods the rig ran for this point, settling included"),
+    "message": ((), "s", "", "why the point stopped"),
+    "written_utc": ((), "f", "s", "POSIX time (UTC) at which the point was written"),
+    "history_voltage": (("iteration", "actuator", "harmonic"), "c", "V", "actuator voltage per iteration"),
+    "history_residual": (("iteration", "dof", "harmonic"), "c", "m | rad", "residual R = U_P - U_N per iteration"),
+    "history_residual_norm": (("iteration",), "f", "m", "residual norm per iteration"),
+    "history_periods": (("iteration",), "f", "1", "forcing periods spent on each iteration"),
+    "history_length": ((), "i", "1", "number of valid rows of the history variables (-1: slot not written)"),
+    "done": ((), "b", "1", "the point is completely written (written last)"),
+}
+_DOF_UNITS = {
+    "m | rad": ["m", "rad"],
+    "N | N m": ["N", "N m"],
+    "m2 | rad2": ["m2", "rad2"],
+    "N2 | N2 m2": ["N2", "N2 m2"],
+}
+_DTYPE = {"c": np.complex128, "f": np.float64, "i": np.int32, "b": np.bool_, "s": object}
+_FILL = {"c": _CNAN, "f": np.nan, "i": -1, "b": False, "s": ""}
+
+
+def _utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _jsonable(value):
+    """Attributes must survive JSON (zarr) — convert paths, tuples, numpy scalars."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return _jsonable(value.tolist())
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def package_versions() -> dict:
+    """Python and package versions recorded in every store."""
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for name in ("hbtest", "numpy", "scipy", "xarray", "zarr", "numcodecs", "matplotlib", "h5netcdf", "h5py", "pyvisa", "pyuff"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            if name == "hbtest":
+                from . import __version__
+
+                out[name] = __version__
+    return out
+
+
+def git_state() -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the git checkout holding this package; (None, None) outside one or
+    when git is unavailable."""
+    here = Path(__file__).resolve().parent
+    try:
+        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        if r.returncode != 0:
+            return None, None
+        commit = r.stdout.strip() or None
+        d = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True, timeout=10)
+        dirty = bool(d.stdout.strip()) if d.returncode == 0 else None
+        return commit, dirty
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+
+
+def _legs(f: np.ndarray) -> np.ndarray:
+    """Sweep leg of each slot: increments when the direction of the frequency steps reverses."""
+    leg = np.zeros(f.size, dtype=np.int8)
+    direction = 0
+    current = 0
+    for i in range(1, f.size):
+        step = np.sign(f[i] - f[i - 1])
+        if step == 0:
+            leg[i] = current
+            continue
+        if direction != 0 and step != direction:
+            current += 1
+        direction = step
+        leg[i] = current
+    return leg
+
+
+def _is_store(path: Path) -> bool:
+    meta = path / "zarr.json"
+    if not meta.is_file():
+        return False
+    try:
+        doc = json.loads(meta.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return doc.get("node_type") == "group" and doc.get("attributes", {}).get("hbtest_store") == _MARKER
+
+
+def tolerance_from_attrs(attrs: dict) -> tuple[float | None, str]:
+    """(convergence tolerance, residual form) of a run: ``residual_tolerance`` from the
+    attributes when the sweep code stored it, else ``[test] tolerance_mm`` of the verbatim
+    sweep text with the run's ``--set`` overrides applied (default 0.02 mm, SPEC §2).
+    Returns (None, form) when the sweep text cannot be read."""
+    form = str(attrs.get("residual_form", "")) or None
+    tol = attrs.get("residual_tolerance")
+    doc = None
+    text = attrs.get("sweep_text")
+    if text:
+        import tomllib
+
+        from .config import apply_overrides
+
+        try:
+            doc = tomllib.loads(text)
+            apply_overrides(doc, attrs.get("overrides") or [], "store")
+        except Exception:  # provenance text only: never fail a plot on it
+            doc = None
+    test = doc.get("test", {}) if isinstance(doc, dict) else {}
+    if form is None:
+        form = test.get("residual", "displacement") if isinstance(test, dict) else "displacement"
+    if tol is None and doc is not None:
+        mm = test.get("tolerance_mm", 0.02) if isinstance(test, dict) else 0.02
+        try:
+            tol = float(mm) * 1e-3
+        except (TypeError, ValueError):
+            tol = None
+    return (None if tol is None else float(tol)), str(form)
+
+
+class RunStore:
+    """A run store on disk (see the module docstring for the schema).
+
+    Create it once per run with :meth:`create`, reopen it (resume, analysis) with
+    :meth:`open`. Only :meth:`write_point` and :meth:`set_status` write."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        import zarr
+
+        g = zarr.open_group(str(self.path), mode="r")
+        self.frequencies_hz = np.asarray(g["frequency"][...], dtype=float)
+        self.harmonics = tuple(int(k) for k in g["harmonic"][...])
+        self.actuators = tuple(str(a) for a in g["actuator"][...])
+        self.max_iterations = int(g["iteration"].shape[0]) - 1
+        self.has_reference = "reference_interface_displacement" in g.array_keys()
+
+    @property
+    def n_points(self) -> int:
+        return int(self.frequencies_hz.size)
+
+    # -- creation ------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        path,
+        *,
+        frequencies_hz,
+        harmonics,
+        actuators,
+        max_iterations: int,
+        attrs: dict,
+        overwrite: bool = False,
+        reference: bool = True,
+    ) -> "RunStore":
+        """Pre-allocate a store for a sweep. ``attrs`` (sweep_text, sweep_sha256, sweep_path,
+        rig_text, rig_sha256, rig_path, rig_identity, overrides, profile, and anything else
+        JSON-serialisable, e.g. ``residual_tolerance``/``residual_form``) are stored with the
+        versions, git state and timestamps. ``reference=False`` omits
+        ``reference_interface_displacement`` (rigs without an emulated truth).
+
+        An existing store is replaced only with ``overwrite=True``, and only if it is an hbtest
+        run store or an empty directory (never an arbitrary directory)."""
+        import xarray as xr
+
+        path = Path(path)
+        f = np.asarray(frequencies_hz, dtype=float)
+        if f.ndim != 1 or f.size == 0 or not np.all(np.isfinite(f)) or np.any(f <= 0):
+            raise ValueError("frequencies_hz must be a non-empty 1-D array of positive frequencies")
+        h = np.asarray(harmonics, dtype=int)
+        if h.ndim != 1 or h.size == 0 or np.any(h < 0) or len(set(h.tolist())) != h.size:
+            raise ValueError(f"harmonics must be distinct non-negative orders, got {harmonics!r}")
+        act = [str(a) for a in actuators]
+        if not act or len(set(act)) != len(act) or not all(act):
+            raise ValueError(f"actuators must be distinct non-empty names, got {actuators!r}")
+        if int(max_iterations) != max_iterations or max_iterations < 0:
+            raise ValueError("max_iterations must be a non-negative integer")
+        max_iterations = int(max_iterations)
+
+        if path.exists() or path.is_symlink():
+            if not overwrite:
+                raise UserError(f"{path}: a run store already exists there (choose another output.store, resume it, or overwrite)")
+            if _is_store(path):
+                shutil.rmtree(path)
+            elif path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
+            else:
+                raise UserError(f"{path}: exists and is not an hbtest run store; refusing to overwrite it")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"{path.parent}: cannot create the store's directory ({e.strerror or e})") from None
+        if not os.access(path.parent, os.W_OK):
+            raise UserError(f"{path.parent}: directory is not writable; cannot create the run store {path.name}")
+
+        n, nh, na, ni = f.size, h.size, len(act), max_iterations + 1
+        sizes = {"dof": 2, "harmonic": nh, "actuator": na, "iteration": ni}
+        data_vars = {}
+        encoding = {}
+        for name, (dims, kind, units, long_name) in _SCHEMA.items():
+            if name == "reference_interface_displacement" and not reference:
+                continue
+            shape = (n,) + tuple(sizes[d] for d in dims)
+            fill = _FILL[kind]
+            # zero-stride template: nothing is allocated and, since it equals the fill value,
+            # zarr writes no chunk for it
+            arr = np.broadcast_to(np.array(fill, dtype=_DTYPE[kind]), shape)
+            va = {"units": units, "long_name": long_name}
+            if units in _DOF_UNITS:
+                va["dof_units"] = _DOF_UNITS[units]
+            data_vars[name] = (("frequency",) + dims, arr, va)
+            encoding[name] = {"chunks": (1,) + shape[1:], "fill_value": fill}
+
+        commit, dirty = git_state()
+        now = _utc_now()
+        root_attrs = {
+            "hbtest_store": _MARKER,
+            "schema_version": SCHEMA_VERSION,
+            "title": "hbtest run",
+            "status": "running",
+            "created_utc": now,
+            "updated_utc": now,
+            "versions": package_versions(),
+            "git_commit": commit,
+            "git_dirty": dirty,
+        }
+        for key in ("sweep_text", "sweep_sha256", "sweep_path", "rig_text", "rig_sha256", "rig_path", "rig_identity", "profile"):
+            root_attrs[key] = None
+        root_attrs["overrides"] = []
+        root_attrs.update(_jsonable(dict(attrs)))
+        root_attrs["hbtest_store"] = _MARKER
+        root_attrs["schema_version"] = SCHEMA_VERSION
+        root_attrs.setdefault("status", "running")
+        if root_attrs["status"] not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}")
+
+        ds = xr.Dataset(
+            data_vars,
+            coords={
+                "frequency": ("frequency", f, {"units": "Hz", "long_name": "forcing frequency, in test order (may repeat: index by position or by point)"}),
+                "point": ("frequency", np.arange(n, dtype=np.int64), {"units": "1", "long_name": "test index of the slot"}),
+                "leg": ("frequency", _legs(f), {"units": "1", "long_name": "sweep leg: 0 first monotone run, +1 at each reversal of direction"}),
+                "dof": ("dof", np.array(DOFS, dtype=object), {"long_name": "interface DOF: u transverse displacement [m], theta rotation [rad]"}),
+                "harmonic": ("harmonic", h.astype(np.int64), {"units": "1", "long_name": "harmonic order k (X_k = a_k - i b_k)"}),
+                "actuator": ("actuator", np.array(act, dtype=object), {"long_name": "actuator name"}),
+                "iteration": ("iteration", np.arange(ni, dtype=np.int64), {"units": "1", "long_name": "solver iteration (0 = starting voltage)"}),
+            },
+            attrs=root_attrs,
+        )
+        try:
+            ds.to_zarr(str(path), mode="w-", zarr_format=3, consolidated=False, encoding=encoding)
+        except PermissionError as e:
+            raise UserError(f"{path}: cannot write the run store ({e.strerror or e})") from None
+        return cls(path)
+
+    @classmethod
+    def open(cls, path) -> "RunStore":
+        """Open an existing store (UserError if it is missing or is not an hbtest run store)."""
+        path = Path(path)
+        if not path.exists():
+            raise UserError(f"{path}: run store not found")
+        if not _is_store(path):
+            raise UserError(f"{path}: not an hbtest run store (no zarr group with hbtest attributes)")
+        try:
+            return cls(path)
+        except Exception as e:  # damaged layout
+            raise UserError(f"{path}: damaged hbtest run store ({e})") from None
+
+    def check_compatible(self, *, frequencies_hz=None, harmonics=None, actuators=None, max_iterations=None) -> None:
+        """UserError (naming the store) unless the store was allocated for this frequency
+        list / harmonic orders / actuators / iteration cap — the check before a resume."""
+        problems = []
+        if frequencies_hz is not None:
+            f = np.asarray(frequencies_hz, dtype=float)
+            if f.shape != self.frequencies_hz.shape or not np.allclose(f, self.frequencies_hz, rtol=1e-12, atol=0):
+                problems.append(f"frequencies differ ({self.n_points} slots {self.frequencies_hz[0]:g}..{self.frequencies_hz[-1]:g} Hz stored, {f.size} points {f[0]:g}..{f[-1]:g} Hz asked)" if f.size else "frequencies differ")
+        if harmonics is not None and tuple(int(k) for k in harmonics) != self.harmonics:
+            problems.append(f"harmonics differ (stored {list(self.harmonics)}, asked {list(harmonics)})")
+        if actuators is not None and tuple(str(a) for a in actuators) != self.actuators:
+            problems.append(f"actuators differ (stored {list(self.actuators)}, asked {list(actuators)})")
+        if max_iterations is not None and int(max_iterations) > self.max_iterations:
+            problems.append(f"max_iterations {max_iterations} exceeds the {self.max_iterations} the store was allocated for")
+        if problems:
+            raise UserError(f"{self.path}: cannot continue this run store: " + "; ".join(problems))
+
+    # -- writing -------------------------------------------------------------------------
+
+    def _region_write(self, ds, index: int) -> None:
+        ds.to_zarr(str(self.path), mode="r+", region={"frequency": slice(index, index + 1)}, consolidated=False)
+
+    def write_point(self, index: int, rec: PointRecord) -> None:
+        """Write one point into slot ``index``: all data first (one region write), then the
+        ``done`` flag (a second region write). A slot already marked done is first marked
+        not-done, so ``done`` never vouches for a partly rewritten slot."""
+        import xarray as xr
+
+        if not 0 <= int(index) < self.n_points:
+            raise IndexError(f"slot {index} outside 0..{self.n_points - 1}")
+        index = int(index)
+        f_slot = self.frequencies_hz[index]
+        if not np.isclose(float(rec.frequency_hz), f_slot, rtol=1e-9, atol=0.0):
+            raise ValueError(f"record at {rec.frequency_hz} Hz does not belong in slot {index} ({f_slot} Hz)")
+        nh, na, ni = len(self.harmonics), len(self.actuators), self.max_iterations + 1
+
+        def arr(value, shape, kind, name):
+            a = np.asarray(value, dtype=_DTYPE[kind])
+            if a.shape != shape:
+                raise ValueError(f"{name}: expected shape {shape}, got {a.shape}")
+            return a
+
+        def hist(value, shape, kind, name):
+            a = np.asarray(value, dtype=_DTYPE[kind])
+            if a.ndim != len(shape) + 1 or a.shape[1:] != shape:
+                raise ValueError(f"{name}: expected shape (n_iter, {', '.join(map(str, shape))}), got {a.shape}")
+            if a.shape[0] > ni:
+                raise ValueError(f"{name}: {a.shape[0]} iterations recorded, the store holds {ni} (max_iterations + 1)")
+            out = np.full((ni,) + shape, _FILL[kind], dtype=_DTYPE[kind])
+            out[: a.shape[0]] = a
+            return out, a.shape[0]
+
+        hv, n1 = hist(rec.history_voltage, (na, nh), "c", "history_voltage")
+        hr, n2 = hist(rec.history_residual, (2, nh), "c", "history_residual")
+        hn, n3 = hist(rec.history_residual_norm, (), "f", "history_residual_norm")
+        hp, n4 = hist(rec.history_periods, (), "f", "history_periods")
+        if len({n1, n2, n3, n4}) != 1:
+            raise ValueError(f"history arrays disagree on the number of iterations: {n1}, {n2}, {n3}, {n4}")
+        values = {
+            "interface_displacement": arr(rec.interface_displacement, (2, nh), "c", "interface_displacement"),
+            "interface_force": arr(rec.interface_force, (2, nh), "c", "interface_force"),
+            "numerical_displacement": arr(rec.numerical_displacement, (2, nh), "c", "numerical_displacement"),
+            "external_force": arr(rec.external_force, (nh,), "c", "external_force"),
+            "voltage": arr(rec.voltage, (na, nh), "c", "voltage"),
+            "interface_displacement_variance": arr(rec.displacement_variance, (2, nh), "f", "displacement_variance"),
+            "interface_force_variance": arr(rec.force_variance, (2, nh), "f", "force_variance"),
+            "excluded_energy_fraction": (
+                np.full(2, np.nan) if rec.excluded_energy_fraction is None else arr(rec.excluded_energy_fraction, (2,), "f", "excluded_energy_fraction")
+            ),
+            "converged": np.bool_(bool(rec.converged)),
+            "iterations": np.int32(int(rec.iterations)),
+            "residual_norm": np.float64(rec.residual_norm),
+            "rig_periods": np.float64(rec.rig_periods),
+            "message": np.array(str(rec.message or ""), dtype=object),
+            "written_utc": np.float64(_dt.datetime.now(_dt.timezone.utc).timestamp()),
+            "history_voltage": hv,
+            "history_residual": hr,
+            "history_residual_norm": hn,
+            "history_periods": hp,
+            "history_length": np.int32(n1),
+        }
+        if self.has_reference:
+            ref = rec.reference_interface_displacement
+            values["reference_interface_displacement"] = np.full((2, nh), _CNAN) if ref is None else arr(ref, (2, nh), "c", "reference_interface_displacement")
+        elif rec.reference_interface_displacement is not None:
+            raise ValueError(f"{self.path}: store was created without reference_interface_displacement")
+        data = xr.Dataset({k: (("frequency",) + _SCHEMA[k][0], np.asarray(v)[None, ...]) for k, v in values.items()})
+        flag = lambda v: xr.Dataset({"done": (("frequency",), np.array([v], dtype=bool))})  # noqa: E731
+        if self.done()[index]:
+            self._region_write(flag(False), index)
+        self._region_write(data, index)
+        self._region_write(flag(True), index)
+
+    def set_status(self, status: str, **attrs) -> None:
+        """Set the run status (``running | completed | interrupted | failed``) and any extra
+        attributes (e.g. ``message=...``); stamps ``updated_utc`` and, for a final status,
+        ``finished_utc``."""
+        import zarr
+
+        if status not in STATUSES:
+            raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
+        now = _utc_now()
+        new = _jsonable(dict(attrs))
+        new["status"] = status
+        new["updated_utc"] = now
+        if status != "running":
+            new["finished_utc"] = now
+        g = zarr.open_group(str(self.path), mode="r+")
+        g.attrs.update(new)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def done(self) -> np.ndarray:
+        """``done`` flag of every slot, read fresh from disk."""
+        import zarr
+
+        g = zarr.open_group(str(self.path), mode="r")
+        return np.asarray(g["done"][...], dtype=bool)
+
+    @property
+    def attrs(self) -> dict:
+        """The group attributes, read fresh from disk."""
+        import zarr
+
+        return dict(zarr.open_group(str(self.path), mode="r").attrs)
+
+    def dataset(self):
+        """The whole store as a lazy :class:`xarray.Dataset`."""
+        return _open(self.path)
+
+    def read_point(self, index: int) -> PointRecord:
+        """The record written in slot ``index`` (histories trimmed to their recorded length).
+        Raises ``ValueError`` for a slot that is not done."""
+        index = int(index)
+        ds = self.dataset().isel(frequency=index).load()
+        if not bool(ds["done"]):
+            raise ValueError(f"slot {index} of {self.path} holds no finished point")
+        n = int(ds["history_length"])
+        ref = ds["reference_interface_displacement"].values if self.has_reference else None
+        if ref is not None and np.all(np.isnan(ref)):
+            ref = None
+        ex = ds["excluded_energy_fraction"].values
+        return PointRecord(
+            frequency_hz=float(ds["frequency"]),
+            interface_displacement=ds["interface_displacement"].values,
+            interface_force=ds["interface_force"].values,
+            numerical_displacement=ds["numerical_displacement"].values,
+            external_force=ds["external_force"].values,
+            voltage=ds["voltage"].values,
+            displacement_variance=ds["interface_displacement_variance"].values,
+            force_variance=ds["interface_force_variance"].values,
+            converged=bool(ds["converged"]),
+            iterations=int(ds["iterations"]),
+            residual_norm=float(ds["residual_norm"]),
+            rig_periods=float(ds["rig_periods"]),
+            history_voltage=ds["history_voltage"].values[:n],
+            history_residual=ds["history_residual"].values[:n],
+            history_residual_norm=ds["history_residual_norm"].values[:n],
+            history_periods=ds["history_periods"].values[:n],
+            reference_interface_displacement=ref,
+            message=str(ds["message"].values),
+            excluded_energy_fraction=None if np.all(np.isnan(ex)) else ex,
+        )
+
+
+def _open(path):
+    import xarray as xr
+
+    return xr.open_zarr(str(path), consolidated=False, chunks=None, zarr_format=3)
+
+
+def open_run(path):
+    """Open a run store as a lazy :class:`xarray.Dataset` (UserError if missing / not a store)."""
+    store = RunStore.open(path)
+    return store.dataset()
