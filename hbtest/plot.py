@@ -1,0 +1,210 @@
+"""Plots of a run (matplotlib, Agg canvas: no display, no global pyplot state).
+
+- :func:`bode_figure` / :func:`bode_png` — magnitude and phase of u/F and θ/F (harmonic 1)
+  against frequency: converged points as filled markers joined per sweep leg, non-converged
+  points as red crosses, the exact reference (virtual rigs) as a black line.
+- :func:`convergence_figure` / :func:`convergence_png` — residual norm per iteration for
+  every finished point (log scale, coloured by frequency; dashed: did not converge) with the
+  tolerance line.
+- :func:`print_sync_table` — the synchronisation table of a point (:mod:`hbtest.frf`).
+
+PNG files go next to the store by default: ``runs/x.zarr`` gives ``runs/x-bode.png`` and
+``runs/x-convergence.png``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .errors import UserError
+
+__all__ = [
+    "bode_figure",
+    "convergence_figure",
+    "bode_png",
+    "convergence_png",
+    "default_png_path",
+    "print_sync_table",
+    "KINDS",
+]
+
+KINDS = ("bode", "convergence")
+
+
+def _figure(width=9.0, height=6.5):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _title(ds) -> str:
+    a = ds.attrs
+    name = Path(str(a.get("sweep_path") or "")).stem or "run"
+    rig = a.get("rig_identity") or "rig"
+    return f"{name} on {rig} — status {a.get('status', '?')}"
+
+
+def bode_figure(ds, harmonic: int = 1):
+    """The Bode figure of a run dataset (see module docstring)."""
+    from .frf import frf
+
+    fig = _figure()
+    axes = fig.subplots(2, 2, sharex=True)
+    done = np.asarray(ds["done"].values, dtype=bool)
+    conv = np.asarray(ds["converged"].values, dtype=bool) & done
+    f = np.asarray(ds["frequency"].values, dtype=float)
+    leg = np.asarray(ds["leg"].values) if "leg" in ds.coords else np.zeros(f.size, int)
+    Hm = frf(ds, "measured", harmonic).values
+    Hr = None
+    if "reference_interface_displacement" in ds:
+        Hr = frf(ds, "reference", harmonic).values
+        if not np.any(np.isfinite(Hr)):
+            Hr = None
+    labels = [("u", "|u/F| [m/N]", "∠u/F [deg]"), ("theta", "|θ/F| [rad/N]", "∠θ/F [deg]")]
+    dof_index = {str(d): i for i, d in enumerate(ds["dof"].values)}
+    for col, (dof, mag_label, ph_label) in enumerate(labels):
+        j = dof_index[dof]
+        am, ap = axes[0, col], axes[1, col]
+        if Hr is not None:
+            sel = done & np.isfinite(Hr[:, j])
+            o = np.argsort(f[sel], kind="stable")
+            ref = Hr[sel, j][o]
+            am.plot(f[sel][o], np.abs(ref), "-", color="black", lw=1.0, label="reference (exact)")
+            ap.plot(f[sel][o], np.degrees(np.unwrap(np.angle(ref))), "-", color="black", lw=1.0)
+        multi = np.unique(leg[done]).size > 1
+        first_bad = True
+        for lg in np.unique(leg[done]) if done.any() else []:
+            # unwrap the phase over all finished points of the leg, then split by convergence
+            sel = np.flatnonzero(done & (leg == lg) & np.isfinite(Hm[:, j]))
+            if sel.size == 0:
+                continue
+            sel = sel[np.argsort(f[sel], kind="stable")]
+            h = Hm[sel, j]
+            ph = np.degrees(np.unwrap(np.angle(h)))
+            c = conv[sel]
+            if c.any():
+                lab = "measured, converged" + (f" (leg {lg})" if multi else "")
+                am.plot(f[sel][c], np.abs(h[c]), "o-", ms=3.5, lw=0.8, label=lab)
+                ap.plot(f[sel][c], ph[c], "o-", ms=3.5, lw=0.8)
+            if (~c).any():
+                lab = "measured, not converged" if first_bad else None
+                first_bad = False
+                am.plot(f[sel][~c], np.abs(h[~c]), "x", color="red", ms=7, mew=1.5, label=lab)
+                ap.plot(f[sel][~c], ph[~c], "x", color="red", ms=7, mew=1.5)
+        am.set_yscale("log")
+        am.set_ylabel(mag_label)
+        ap.set_ylabel(ph_label)
+        ap.set_xlabel("frequency [Hz]")
+        am.grid(True, which="both", alpha=0.3)
+        ap.grid(True, alpha=0.3)
+    if not done.any():
+        axes[0, 0].text(0.5, 0.5, "no finished points", transform=axes[0, 0].transAxes, ha="center")
+    handles, labs = axes[0, 0].get_legend_handles_labels()
+    if handles:
+        axes[0, 0].legend(fontsize=8)
+    fig.suptitle(f"{_title(ds)}: interface FRFs (harmonic {harmonic}), {int(done.sum())}/{done.size} points, {int(conv.sum())} converged", fontsize=10)
+    return fig
+
+
+def convergence_figure(ds):
+    """Residual norm per iteration, one line per finished point (see module docstring)."""
+    from matplotlib import colormaps
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    from .store import tolerance_from_attrs
+
+    fig = _figure(8.0, 5.0)
+    ax = fig.subplots()
+    done = np.asarray(ds["done"].values, dtype=bool)
+    conv = np.asarray(ds["converged"].values, dtype=bool)
+    f = np.asarray(ds["frequency"].values, dtype=float)
+    norms = np.asarray(ds["history_residual_norm"].values, dtype=float)
+    lengths = np.asarray(ds["history_length"].values) if "history_length" in ds else np.full(f.size, norms.shape[1])
+    norm = Normalize(vmin=float(f.min()), vmax=float(f.max()) if f.max() > f.min() else float(f.min()) + 1.0)
+    cmap = colormaps["viridis"]
+    plotted = False
+    for i in np.flatnonzero(done):
+        n = int(lengths[i]) if lengths[i] >= 0 else norms.shape[1]
+        y = norms[i, :n]
+        x = np.arange(y.size)
+        ok = np.isfinite(y) & (y > 0)
+        if not ok.any():
+            continue
+        ax.plot(x[ok], y[ok], "-" if conv[i] else "--", marker=".", ms=3, lw=0.9, color=cmap(norm(f[i])))
+        plotted = True
+    tol, form = tolerance_from_attrs(dict(ds.attrs))
+    unit = "m" if form == "displacement" else "N"
+    if tol is not None:
+        ax.axhline(tol, color="red", ls=":", lw=1.2, label=f"tolerance {tol:.3g} {unit}")
+        ax.legend(fontsize=8)
+    if plotted:
+        ax.set_yscale("log")
+    else:
+        ax.text(0.5, 0.5, "no finished points", transform=ax.transAxes, ha="center")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel(f"‖R‖ ({form} form) [{unit}]")
+    ax.grid(True, which="both", alpha=0.3)
+    fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="frequency [Hz]")
+    fig.suptitle(f"{_title(ds)}: convergence (dashed: not converged)", fontsize=10)
+    return fig
+
+
+def default_png_path(store_path, kind: str) -> Path:
+    """``runs/x.zarr`` -> ``runs/x-<kind>.png``."""
+    p = Path(store_path)
+    stem = p.name[: -len(".zarr")] if p.name.endswith(".zarr") else p.name
+    return p.with_name(f"{stem}-{kind}.png")
+
+
+def _save(fig, out_path: Path) -> Path:
+    out_path = Path(out_path)
+    if out_path.suffix.lower() != ".png":
+        out_path = out_path.with_suffix(".png") if out_path.suffix else out_path.with_name(out_path.name + ".png")
+    parent = out_path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{parent}: cannot create the output directory ({e.strerror or e})") from None
+    if not os.access(parent, os.W_OK):
+        raise UserError(f"{parent}: output directory is not writable")
+    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
+    try:
+        fig.savefig(tmp, format="png")
+        os.replace(tmp, out_path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"{out_path}: cannot write the plot ({e.strerror or e})") from None
+    return out_path
+
+
+def bode_png(store_path, out_path=None, harmonic: int = 1) -> Path:
+    """Write the Bode plot of a run store to ``out_path`` (default next to the store);
+    returns the path written."""
+    from .store import open_run
+
+    ds = open_run(store_path)
+    return _save(bode_figure(ds, harmonic), out_path or default_png_path(store_path, "bode"))
+
+
+def convergence_png(store_path, out_path=None) -> Path:
+    """Write the convergence plot of a run store; returns the path written."""
+    from .store import open_run
+
+    ds = open_run(store_path)
+    return _save(convergence_figure(ds), out_path or default_png_path(store_path, "convergence"))
+
+
+def print_sync_table(ds, index: int, harmonics=None, file=None) -> None:
+    """Print the synchronisation table (delay, relative amplification of u and θ) of slot
+    ``index``."""
+    from .frf import format_sync_table, sync_table
+
+    print(format_sync_table(sync_table(ds, index, harmonics)), file=file or sys.stdout)
