@@ -47,7 +47,9 @@ def _figure(width=9.0, height=6.5):
 def _title(ds) -> str:
     a = ds.attrs
     name = Path(str(a.get("sweep_path") or "")).stem or "run"
-    rig = a.get("rig_identity") or "rig"
+    rig = str(a.get("rig_identity") or "rig")
+    if len(rig) > 60:
+        rig = rig[:57] + "..."
     return f"{name} on {rig} — status {a.get('status', '?')}"
 
 
@@ -109,7 +111,7 @@ def bode_figure(ds, harmonic: int = 1):
     handles, labs = axes[0, 0].get_legend_handles_labels()
     if handles:
         axes[0, 0].legend(fontsize=8)
-    fig.suptitle(f"{_title(ds)}: interface FRFs (harmonic {harmonic}), {int(done.sum())}/{done.size} points, {int(conv.sum())} converged", fontsize=10)
+    fig.suptitle(f"{_title(ds)}\ninterface FRFs (harmonic {harmonic}), {int(done.sum())}/{done.size} points, {int(conv.sum())} converged", fontsize=10)
     return fig
 
 
@@ -153,7 +155,7 @@ def convergence_figure(ds):
     ax.set_ylabel(f"‖R‖ ({form} form) [{unit}]")
     ax.grid(True, which="both", alpha=0.3)
     fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="frequency [Hz]")
-    fig.suptitle(f"{_title(ds)}: convergence (dashed: not converged)", fontsize=10)
+    fig.suptitle(f"{_title(ds)}\nresidual norm per iteration (dashed: not converged)", fontsize=10)
     return fig
 
 

@@ -219,12 +219,12 @@ def _is_store(path: Path) -> bool:
 
 
 def tolerance_from_attrs(attrs: dict) -> tuple[float | None, str]:
-    """(convergence tolerance, residual form) of a run: ``residual_tolerance`` from the
-    attributes when the sweep code stored it, else ``[test] tolerance_mm`` of the verbatim
+    """(convergence tolerance, residual form) of a run: ``tolerance_m`` (or
+    ``residual_tolerance``) from the attributes when the sweep code stored it, else ``[test] tolerance_mm`` of the verbatim
     sweep text with the run's ``--set`` overrides applied (default 0.02 mm, SPEC §2).
     Returns (None, form) when the sweep text cannot be read."""
     form = str(attrs.get("residual_form", "")) or None
-    tol = attrs.get("residual_tolerance")
+    tol = attrs.get("tolerance_m", attrs.get("residual_tolerance"))
     doc = None
     text = attrs.get("sweep_text")
     if text:

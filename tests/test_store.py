@@ -332,6 +332,7 @@ def test_attrs_round_trip_and_status(tmp_path):
     # tolerance for plots: sweep text + overrides
     assert tolerance_from_attrs(a) == (pytest.approx(0.02e-3), "displacement")
     assert tolerance_from_attrs({**a, "overrides": ["test.tolerance_mm=0.05"]})[0] == pytest.approx(0.05e-3)
+    assert tolerance_from_attrs({**a, "tolerance_m": 1e-5})[0] == 1e-5  # stored by the sweep
 
 
 def test_store_without_reference(tmp_path):
