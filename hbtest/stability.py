@@ -97,7 +97,8 @@ TWO_PI = 2.0 * np.pi
 
 @dataclass(frozen=True, eq=False)
 class DelayTerm:
-    """One term ``(s^2 M + s C + K) exp(-s delay)`` of a characteristic matrix; ``delay`` [s]."""
+    """One term ``(s^2 M + s C + K) exp(-s delay)`` of a characteristic matrix; ``delay`` [s].
+    A scalar 0 for M, C or K stands for the zero matrix."""
 
     delay: float
     M: np.ndarray
@@ -535,6 +536,28 @@ class SingleDelaySystem:
         self.dof_names = tuple(dof_names) if dof_names is not None else tuple(f"q{i}" for i in range(n))
         self.label = label
 
+    ns: Substructure | None = None  # set by hybrid_system
+    ps: Substructure | None = None
+
+    @classmethod
+    def from_state_space(cls, A0, A1, E1=None) -> "SingleDelaySystem":
+        """``x'(t) + E1 x'(t - tau) = A0 x(t) + A1 x(t - tau)``: ``T = s I - A0 + (s E1 - A1) e^{-s tau}``
+        (neutral when ``E1`` is given). Units: 1/s."""
+        A0 = np.atleast_2d(np.asarray(A0, dtype=float))
+        n = A0.shape[0]
+        A1 = np.atleast_2d(np.asarray(A1, dtype=float))
+        E1 = np.zeros((n, n)) if E1 is None else np.atleast_2d(np.asarray(E1, dtype=float))
+        Z = np.zeros((n, n))
+        return cls((Z, np.eye(n), -A0), (Z, E1, -A1), label="state-space")
+
+    @property
+    def is_neutral(self) -> bool:
+        """A delayed highest derivative: a delayed mass (second order) or, for first-order
+        systems (all masses zero), a delayed ``x'`` term."""
+        if np.any(self.A[0] != 0) or np.any(self.B[0] != 0):
+            return bool(np.any(self.B[0] != 0))
+        return bool(np.any(self.B[1] != 0))
+
     # -- forms ---------------------------------------------------------------------------
     def equation(self, delay: float) -> DelayEquation:
         """The delay equation at ``delay`` [s]."""
@@ -564,17 +587,14 @@ class SingleDelaySystem:
         P, Q = self.pencil(np.asarray(s, dtype=complex))
         return _pencil_roots(P, Q)
 
-    @property
-    def is_neutral(self) -> bool:
-        return bool(np.any(self.B[0] != 0))
-
     def z_infinity(self) -> np.ndarray:
         """Limits of ``z(s)`` as ``|s| -> inf``: finite eigenvalues of ``M_A + z M_B``
         (neutral chains sit near ``Re s = -ln|z| / tau``); empty for retarded systems."""
         if not self.is_neutral:
             return np.array([], dtype=complex)
+        lead = 0 if (np.any(self.A[0] != 0) or np.any(self.B[0] != 0)) else 1
         with np.errstate(divide="ignore", invalid="ignore"):
-            z = scipy.linalg.eigvals(self.A[0], -self.B[0])
+            z = scipy.linalg.eigvals(self.A[lead], -self.B[lead])
         return z[np.isfinite(z)]
 
     def eigenvalues_without_delay(self) -> np.ndarray:
@@ -636,9 +656,11 @@ class SingleDelaySystem:
                 if tau0 <= 1e-15:
                     tau0 += TWO_PI / ws
                 taus = tau0 + TWO_PI / ws * np.arange(0, max(1, int(np.floor((tau_max - tau0) * ws / TWO_PI)) + 1))
+                # On a root z_k(s) = exp(-s tau): ds/dtau = -s / (d ln z_k/ds + tau), so at s = i w
+                # sign Re(ds/dtau) = sign(d ln|z_k(i w)| / dw), the same for every tau of the
+                # sequence: a root moves right iff |z_k| grows through 1 with frequency.
+                d = int(np.sign(f[j + 1] - f[j]))
                 for tau in taus[taus <= tau_max]:
-                    ds = self._direction(1j * ws, tau)
-                    d = int(np.sign(ds.real)) if np.isfinite(ds.real) else 0
                     out.append(Crossing(float(tau), complex(0.0, ws), "imaginary-axis", d, 2))
         return out
 
@@ -1138,11 +1160,15 @@ def beam_hybrid(
 
 
 def sdof_critical_delay(m: float, c: float, k: float, ks: float) -> CriticalDelay:
-    """Closed-form critical delay [s] of ``m z'' + c z' + k z + k_s z(t - tau) = 0`` from
-    ``s = i omega``: crossing frequencies solve ``|k - m w^2 + i c w| = |k_s|``
-    (``m^2 w^4 + (c^2 - 2 k m) w^2 + k^2 - k_s^2 = 0``) and
-    ``tau = arg(-(k - m w^2 + i c w)/k_s)`` taken in ``[0, 2 pi)`` and divided by ``w``... with
-    the sign such that ``exp(-i w tau) = -(k - m w^2 + i c w)/k_s``. No cut-off applies."""
+    """Closed-form critical delay [s] of ``m z'' + c z' + k z + k_s z(t - tau) = 0``.
+
+    From ``s = i w``: the crossing frequencies solve ``|k - m w^2 + i c w| = |k_s|``, i.e.
+    ``m^2 w^4 + (c^2 - 2 k m) w^2 + k^2 - k_s^2 = 0``; at each, ``exp(-i w tau) = z`` with
+    ``z = -(k - m w^2 + i c w)/k_s`` gives ``tau = ((-arg z) mod 2 pi) / w`` (+ multiples of
+    ``2 pi / w``). The critical delay is the smallest such tau (the first crossing from a
+    stable start is destabilising); ``frequency_hz = w / 2 pi``. No cut-off applies
+    (``cutoff_hz = inf``). Undamped or ``k + k_s <= 0``: 0 ("at-zero"); no crossing:
+    ``inf`` ("none", stable for all delays)."""
     if not (m > 0 and k > 0 and c >= 0):
         raise ValueError("need m > 0, k > 0, c >= 0")
     if k + ks <= 0 or c == 0:
@@ -1378,37 +1404,39 @@ def simulate(eq: DelayEquation, t_end: float, dt: float, x0=None, history: Calla
         X[j], Xd[j] = history((j - h0) * dt)
     last = h0  # index of the latest known sample (t = 0)
 
-    def interp(arr, t):
-        u = t / dt + h0
+    # With a fixed step the delayed abscissae sit at a fixed offset from the latest sample for
+    # each stage (c = 0, 1/2, 1): precompute the cubic Lagrange stencils (start index relative
+    # to the latest sample, weights), using known samples only.
+    def stencil(u):
         j = int(np.floor(u + 1e-9))
-        j = min(j, last - 1)
-        j0 = max(0, min(j - 1, last - 3))
-        idx = np.arange(j0, j0 + 4)
-        xs = idx.astype(float)
+        j0 = min(j - 1, -3)
+        xs = np.arange(j0, j0 + 4, dtype=float)
         L = np.ones(4)
         for a in range(4):
             for b in range(4):
                 if a != b:
                     L[a] *= (u - xs[b]) / (xs[a] - xs[b])
-        return L @ arr[idx]
+        return j0, L
 
-    def f(t, x):
+    sten = {c: [(*stencil(c - d / dt), Ek, Ak) for d, Ek, Ak in dl] for c in (0.0, 0.5, 1.0)}
+
+    def f(c, x):
         rhs = A[0] @ x
-        for d, Ek, Ak in dl:
-            rhs = rhs + Ak @ interp(X, t - d) - Ek @ interp(Xd, t - d)
+        for j0, L, Ek, Ak in sten[c]:
+            i = last + j0
+            rhs = rhs + Ak @ (L @ X[i : i + 4]) - Ek @ (L @ Xd[i : i + 4])
         return E0inv @ rhs
 
     Xd[h0] = f(0.0, X[h0])
     for i in range(n_steps):
-        t = i * dt
         x = X[last]
         k1 = Xd[last]
-        k2 = f(t + dt / 2, x + dt / 2 * k1)
-        k3 = f(t + dt / 2, x + dt / 2 * k2)
-        k4 = f(t + dt, x + dt * k3)
+        k2 = f(0.5, x + dt / 2 * k1)
+        k3 = f(0.5, x + dt / 2 * k2)
+        k4 = f(1.0, x + dt * k3)
         X[last + 1] = x + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
         last += 1
-        Xd[last] = f(t + dt, X[last])
+        Xd[last] = f(0.0, X[last])
     return dt * np.arange(n_steps + 1), X[h0:]
 
 

@@ -479,3 +479,25 @@ def test_cli_bad_chain_file(capsys, tmp_path):
     f.write_text(SWEEP.replace("[physical]\nlength_mm = 360.0\n", ""))
     assert main(["stability", "beam", str(f)]) == 2
     assert "physical.length_mm" in capsys.readouterr().err
+
+
+def test_state_space_forms_hayes_equation():
+    """x' = -x(t - tau): stable iff tau < pi/2, crossing at 1 rad/s (Hayes)."""
+    sy = S.SingleDelaySystem.from_state_space([[0.0]], [[-1.0]])
+    assert not sy.is_neutral
+    assert math.isinf(sy.critical_delay(cutoff_hz=10.0, tau_max=1.0).delay_s)  # searched up to 1 s
+    cd = sy.critical_delay(cutoff_hz=10.0, tau_max=10.0)
+    assert cd.delay_s == pytest.approx(np.pi / 2, rel=1e-10)
+    assert cd.frequency_hz == pytest.approx(1 / (2 * np.pi), rel=1e-10)
+    eq = S.DelayEquation.from_state_space([[0.0]], delayed=[(1.2, [[-1.0]])])
+    assert eq.order == 1 and eq.count_unstable(10.0) == 0
+    assert S.DelayEquation.from_state_space([[0.0]], delayed=[(1.7, [[-1.0]])]).count_unstable(10.0) == 2
+    # two delays: x' = -0.6 x(t - 1) - 0.6 x(t - 2); spectral roots against the argument principle
+    eq2 = S.DelayEquation.from_state_space([[0.0]], delayed=[(1.0, [[-0.6]]), (2.0, [[-0.6]])])
+    r = eq2.roots(cutoff_hz=2.0, sigma_min=-1.5)
+    assert S.count_roots(eq2, -1.5, eq2.sigma_bound(4 * np.pi), 4 * np.pi) == r.size
+    assert eq2.count_unstable(2.0) == np.sum(r.real > 0)
+    # neutral state space: x' + 0.5 x'(t - 1) = -x  ->  z_inf = -2, chain at Re s = -ln 2
+    sn = S.SingleDelaySystem.from_state_space([[-1.0]], [[0.0]], E1=[[0.5]])
+    assert sn.is_neutral
+    np.testing.assert_allclose(sn.z_infinity(), [-2.0])

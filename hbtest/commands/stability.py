@@ -31,7 +31,8 @@ def register(sub) -> None:
     def common(q, cutoff_default: float | None = 500.0):
         q.add_argument("--cutoff-hz", type=float, default=cutoff_default, metavar="F",
                        help="actuator cut-off frequency [Hz]: only roots below it count (default %(default)s)")
-        q.add_argument("--tau-max", type=float, default=None, metavar="S", help="largest delay searched [s] (default 1 s)")
+        q.add_argument("--tau-max", type=float, default=None, metavar="S",
+                       help="largest delay searched [s] (default 1 s; sdof: 50/w_n if longer)")
         q.add_argument("--json", action="store_true", help="print one JSON object")
         q.add_argument("--plot", metavar="FILE.png", default=None, help="save a plot (root locus over the delay, or the (delay, alpha) map)")
 
@@ -157,7 +158,7 @@ def run_sdof(args) -> int:
     wn = math.sqrt(k / m)
     zeta = c / (2 * math.sqrt(k * m))
     p = ks / k
-    tau_max = args.tau_max or 1.0
+    tau_max = args.tau_max or max(1.0, 50.0 / wn)
     out = dict(m_kg=m, k_n_per_m=k, c_n_s_per_m=c, ks_n_per_m=ks, p=p, zeta=zeta, natural_frequency_hz=wn / (2 * np.pi))
     out["stable_for_all_delays"] = bool(st.sdof_stable_for_all_delays(zeta, p))
     out["small_delay_estimate_s"] = _jf(st.small_delay_estimate(c, ks)) if ks > 0 else None
