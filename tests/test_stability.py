@@ -501,3 +501,40 @@ def test_state_space_forms_hayes_equation():
     sn = S.SingleDelaySystem.from_state_space([[-1.0]], [[0.0]], E1=[[0.5]])
     assert sn.is_neutral
     np.testing.assert_allclose(sn.z_infinity(), [-2.0])
+
+
+def _spd(rng, n, scale):
+    X = rng.normal(size=(n, n))
+    return scale * (X @ X.T / n + 0.3 * np.eye(n))
+
+
+@settings(max_examples=8, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 10_000), neutral=st.booleans())
+def test_random_two_dof_crossing_count_equals_argument_principle(seed, neutral):
+    """Random 2-DOF systems with a delayed stiffness (retarded) or also a delayed mass
+    (neutral): the unstable-root count from the boundary crossings equals the
+    argument-principle count at random delays."""
+    rng = np.random.default_rng(seed)
+    MA, KA = _spd(rng, 2, 1.0), _spd(rng, 2, 4e4)
+    CA = 2e-3 * KA + 0.5 * MA
+    MB = _spd(rng, 2, rng.uniform(0.2, 2.0)) if neutral else np.zeros((2, 2))
+    KB = _spd(rng, 2, 2e4)
+    sy = S.SingleDelaySystem((MA, CA, KA), (MB, 0.2 * CA, KB))
+    fc = 60.0
+    cd = sy.critical_delay(fc, tau_max=0.05, all_crossings=True)
+    for tau in rng.uniform(1e-3, 0.05, 2):
+        try:
+            n_ap = sy.count_unstable(tau, fc)
+        except RuntimeError:  # a root on the contour: skip this delay
+            continue
+        assert cd.unstable_roots(tau) == n_ap, (seed, neutral, tau)
+
+
+def test_advanced_type_split_is_unstable_at_any_delay():
+    """An interface mass entirely in the PS (no undelayed inertia) gives an advanced-type
+    equation: unstable for every delay."""
+    sy = S.chain_hybrid([1.0, 0.5, 1.0], [1000.0, 2000.0, 2000.0, 1000.0], [1.0, 0.5, 0.5, 1.0], True, True, [0, 2], [0, 1], [1, 2])
+    assert sy.is_neutral
+    assert np.any(np.abs(sy.z_infinity()) < 1e-12)
+    cd = sy.critical_delay(500.0)
+    assert cd.delay_s == 0.0 and cd.boundary == "at-zero"
