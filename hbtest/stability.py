@@ -123,6 +123,7 @@ class DelayTerm:
         return s * s * self.M + s * self.C + self.K
 
     def dmatrix(self, s) -> np.ndarray:
+        """``2 s M + C`` (derivative of :meth:`matrix`), shape (*s.shape, n, n)."""
         s = np.asarray(s, dtype=complex)[..., None, None]
         return 2 * s * self.M + self.C + 0 * s
 
@@ -781,7 +782,7 @@ class SingleDelaySystem:
         always = bool(np.any((np.abs(zi) < 1e-12) | ((np.abs(zi.imag) < 1e-9 * np.abs(zi)) & (zi.real > 0) & (zi.real < 1))))
         return n0, always
 
-    def crossings(self, cutoff_hz: float = DEFAULT_CUTOFF_HZ, tau_max: float = 0.1) -> list[Crossing]:
+    def crossings(self, cutoff_hz: float = DEFAULT_CUTOFF_HZ, tau_max: float = 1.0) -> list[Crossing]:
         """All delays ``<= tau_max`` [s] at which a root lies on the boundary of the unstable
         box (imaginary axis below the cut-off, or the cut-off line right of the axis),
         sorted by delay."""
