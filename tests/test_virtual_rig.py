@@ -144,8 +144,8 @@ def test_reduced_model_matches_full_model(cfg):
     # the static correction misses the truncated modes' mass-like (s^2) part: the error grows
     # as f^2, 1e-5 in the test band, ~4e-4 at 100 Hz
     assert rig.reduction_error([16.0, 17.0, 18.0, 18.5, 19.0]) < 2e-5
-    assert rig.reduction_error(np.linspace(0.5, 60.0, 24)) < 2e-4
-    assert rig.reduction_error(np.linspace(60.0, 100.0, 5)) < 1e-3
+    assert rig.reduction_error(np.linspace(0.5, 60.0, 9)) < 2e-4
+    assert rig.reduction_error([80.0, 100.0]) < 1e-3
 
 
 @pytest.mark.parametrize(
@@ -220,10 +220,16 @@ def test_transients_decay_at_the_modal_rates(cfg):
     rig.set_demand(fd, np.zeros((2, 1)), [1], ramp_periods=0)
     acq = rig.acquire(int(fd * 2.4))
     t = acq.t - acq.t[0]
-    y = acq.data["g1"]
-    sel = (t > 0.3) & (t < 2.0)
-    env = np.abs(scipy.signal.hilbert(y))
-    slope = np.polyfit(t[sel], np.log(env[sel]), 1)[0]
+    # zero-phase band-pass around the mode (an LTI filter keeps each mode's decay rate): the
+    # slower, heavily damped rig mode at ~3 Hz is excited by the step too. Envelope = the
+    # peaks of each cycle (a Hilbert envelope would be spoilt by the record's edges over the
+    # four decades of decay).
+    sos = scipy.signal.butter(2, [0.6 * fd, 1.6 * fd], btype="bandpass", fs=rig.fs, output="sos")
+    y = scipy.signal.sosfiltfilt(sos, acq.data["g1"])
+    sel = (t > 0.3) & (t < 1.5)
+    pk, _ = scipy.signal.find_peaks(np.abs(y) * sel)
+    slope = np.polyfit(t[pk], np.log(np.abs(y[pk])), 1)[0]
+    assert pk.size > 80
     assert -slope == pytest.approx(-mode.real, rel=5e-3)
     up = np.flatnonzero(np.diff(np.sign(y[sel])) > 0)
     tz = t[sel][up]
@@ -238,11 +244,11 @@ def test_transients_decay_at_the_modal_rates(cfg):
     for c in ("l1", "g1"):
         y = acq.data[c][t > 0.3][::10]
         poles, amp = _matrix_pencil(y, 10 / rig.fs, 12)
-        big = (np.abs(amp) > 1e-2 * np.abs(amp).max()) & (poles.imag > 0)
+        big = (np.abs(amp) > 1e-3 * np.abs(amp).max()) & (poles.imag > 0)
         assert big.sum() >= 3
         for p in poles[big]:
-            assert np.min(np.abs(lam - p)) < 1e-5 * abs(p), p
-        assert np.min(np.abs(poles - lam[0])) < 1e-6 * abs(lam[0])  # the slowest, ~3.1 Hz
+            assert np.min(np.abs(lam - p)) < 1e-6 * abs(p), p
+        assert np.min(np.abs(poles - lam[0])) < 1e-6 * abs(lam[0])  # the slowest, ~2.9 Hz
 
 
 def _matrix_pencil(y, dt, order):
