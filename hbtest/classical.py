@@ -1189,8 +1189,8 @@ def critical_delay_simulated(system: HybridSystem, make_compensator: Callable[[f
                              tau_max: float = 0.2, rtol: float = 0.01, transfer_kind: str = "delay",
                              make_transfer: Callable[[float], TransferSystem] | None = None) -> float:
     """Smallest delay [s] at which the simulated loop is unstable (:class:`GrowthRate`
-    ``unstable`` over the run; a free response from a unit-ish initial displacement of the
-    NS interface when ``excitation`` is None). Scan by factors of 1.5 from ``tau_min``
+    ``unstable`` over the run; a free response from 1 mm on the first NS interface DOF when
+    ``excitation`` is None). Scan by factors of 1.5 from ``tau_min``
     (default ``dt``), then bisection to ``rtol``. ``make_transfer(tau)`` defaults to a pure
     delay."""
     tau_min = dt if tau_min is None else tau_min
@@ -1198,7 +1198,7 @@ def critical_delay_simulated(system: HybridSystem, make_compensator: Callable[[f
     q0 = None
     if excitation is None or not excitation.active:
         q0 = np.zeros(system.ns.structure.n_dof)
-        q0[system.ns.interface_index] = 1e-3
+        q0[system.ns.interface_index[0]] = 1e-3  # one DOF: a symmetric start would miss antisymmetric roots
 
     def stable(tau):
         res = simulate(system, mk(tau), make_compensator(tau), dt, duration, excitation or Excitation(), q0, emulated=True)
