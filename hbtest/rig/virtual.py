@@ -581,6 +581,13 @@ class VirtualRig:
     :func:`hbtest.config.load_rig` (kind "virtual"); ``seed`` overrides the file's; with
     ``noise=False`` the sensors are ideal (no white noise, no mains, no quantisation) —
     the filters, the delay and all physics stay.
+
+    Protocol: :meth:`describe`, :meth:`set_demand`, :meth:`acquire`, :meth:`wait`,
+    :attr:`elapsed_s` (simulated time), :meth:`safe_state`, :meth:`close`, context manager.
+    Truth (exact, noise-free; for tests and reference data only): :meth:`steady_state`,
+    :meth:`ps_dynamic_stiffness`, :meth:`emulated_interface_response`, :meth:`modes`,
+    :meth:`rig_modes`, :meth:`frequency_response`, :meth:`reduction_error`; the FE beam as
+    :attr:`beam` / :attr:`ps_substructure`.
     """
 
     def __init__(self, rig_config, seed: int | None = None, *, noise: bool = True):
@@ -1013,12 +1020,12 @@ class VirtualRig:
             return np.real(acc)
 
         period = self.fs / nz.mains_hz
-        if abs(period - round(period)) < 1e-9 and abs(self.fs - round(self.fs)) < 1e-9 and N <= _MAX_CHUNK:
+        if abs(period - round(period)) < 1e-9 and abs(self.fs - round(self.fs)) < 1e-9:
             # an integer number of samples per mains period: a precomputed periodic table
             P = int(round(period))
             key = (P, tuple(gain))
-            if getattr(self, "_mains_key", None) != key:
-                reps = -(-(_MAX_CHUNK + P) // P)
+            if getattr(self, "_mains_key", None) != key or self._mains_table.shape[1] < N + P:
+                reps = -(-(max(N, _MAX_CHUNK) + P) // P)
                 self._mains_table = np.tile(signal(np.arange(P)), reps)
                 self._mains_key = key
             o = n0 % P
