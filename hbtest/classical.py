@@ -459,7 +459,7 @@ class MinimalControlSynthesis(Compensator):
 
     name = "mcs"
 
-    def __init__(self, alpha: float = 200.0, beta: float = 2.0, reference_time_constant: float = 0.0, kr0: float = 1.0):
+    def __init__(self, alpha: float = 50.0, beta: float = 0.5, reference_time_constant: float = 0.0, kr0: float = 1.0):
         self.alpha, self.beta, self.Tm, self.kr0 = float(alpha), float(beta), float(reference_time_constant), float(kr0)
 
     def start(self, dt, n_ch, n_steps):
@@ -1188,30 +1188,38 @@ def critical_delay_simulated(system: HybridSystem, make_compensator: Callable[[f
                              duration: float = 3.0, excitation: Excitation | None = None, tau_min: float | None = None,
                              tau_max: float = 0.2, rtol: float = 0.01, transfer_kind: str = "delay",
                              make_transfer: Callable[[float], TransferSystem] | None = None) -> float:
-    """Smallest delay [s] at which the simulated loop is unstable (:class:`GrowthRate`
-    ``unstable`` over the run; a free response from 1 mm on the first NS interface DOF when
-    ``excitation`` is None). Scan by factors of 1.5 from ``tau_min``
-    (default ``dt``), then bisection to ``rtol``. ``make_transfer(tau)`` defaults to a pure
-    delay."""
+    """Smallest delay [s] at which the simulated loop grows: the growth rate of the response
+    over the second half of the run (:func:`growth_rate`) is positive or the run blew up.
+    A free response from 1 mm on the first NS interface DOF when ``excitation`` is None.
+    Scan by factors of 1.5 from ``tau_min`` (default ``dt``), bisection to ``rtol``, then the
+    zero of the growth rate interpolated linearly between the bracketing delays.
+    ``make_transfer(tau)`` defaults to a pure delay. ``nan`` when already unstable at
+    ``tau_min``, ``inf`` when stable up to ``tau_max``."""
     tau_min = dt if tau_min is None else tau_min
     mk = make_transfer or (lambda tau: TransferSystem(transfer_kind, tau))
     q0 = None
     if excitation is None or not excitation.active:
         q0 = np.zeros(system.ns.structure.n_dof)
         q0[system.ns.interface_index[0]] = 1e-3  # one DOF: a symmetric start would miss antisymmetric roots
+    rates: dict[float, float] = {}
 
     def stable(tau):
         res = simulate(system, mk(tau), make_compensator(tau), dt, duration, excitation or Excitation(), q0, emulated=True)
-        if res.blew_up:
-            return False
-        return not res.growth(skip_fraction=0.5).unstable
+        g = res.growth(skip_fraction=0.5)
+        rates[tau] = float("nan") if res.blew_up else g.rate
+        return not res.blew_up and np.isfinite(g.rate) and g.rate < 0
 
     lo, hi = _bracket(stable, tau_min, tau_max)
     if hi is None:
         return float("inf")
     if lo is None:
         return float("nan")
-    return _bisect(stable, lo, hi, rtol)
+    mid = _bisect(stable, lo, hi, rtol)
+    lo = max((t for t in rates if t < mid and np.isfinite(rates[t]) and rates[t] < 0), default=None)
+    hi = min((t for t in rates if t > mid and np.isfinite(rates[t]) and rates[t] >= 0), default=None)
+    if lo is not None and hi is not None and rates[hi] > rates[lo]:
+        return float(lo + (hi - lo) * (-rates[lo]) / (rates[hi] - rates[lo]))
+    return mid
 
 
 # ---------------------------------------------------------------------------------------

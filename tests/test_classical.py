@@ -147,6 +147,16 @@ def test_prediction_extends_stable_delay_range_as_predicted(sdof, tau_c):
     assert res.growth().rate == pytest.approx(root.real, rel=0.05)
 
 
+def test_afp_adapts_and_matches_its_frozen_prediction(sdof, tau_c):
+    tau = 6 * tau_c  # far beyond the uncompensated critical delay
+    comp = cl.AdaptiveForwardPredictor(2, 3, rho0=0.0)
+    res = cl.simulate(sdof, cl.TransferSystem("delay", tau), comp, DT, 3.0, initial_displacement=[1e-3], emulated=False)
+    assert res.stable and comp.events > 50
+    assert comp.rho[0] == pytest.approx(tau, rel=0.15)
+    root = cl.predicted_rightmost(sdof, cl.TransferSystem("delay", tau), comp, DT)  # frozen at the adapted rho, sigma
+    assert res.growth(0.5).rate == pytest.approx(root.real, rel=0.05)
+
+
 @pytest.fixture(scope="module")
 def lag_runs():
     """SDOF with a softer physical spring behind a first-order lag plus one-step delay,
@@ -173,7 +183,7 @@ def test_afp_reduces_synchronisation_error_on_a_lag(lag_runs):
 def test_mcs_reduces_synchronisation_error_on_a_lag(lag_runs):
     none, mcs = lag_runs["none"], lag_runs["mcs"]
     assert mcs.stable
-    assert mcs.rms_sync_error() < 0.6 * none.rms_sync_error()
+    assert mcs.rms_sync_error() < 0.7 * none.rms_sync_error()
     assert mcs.trace["Kr"][-1, 0] > 1.0 and mcs.trace["K"][-1, 0] < 0.0  # lead by feeding back -x, amplify r
 
 

@@ -95,8 +95,8 @@ def _loop_arguments(q) -> None:
                    help="prediction horizon [s] of poly (default: the delay plus the lag's low-frequency delay)")
     q.add_argument("--afp-gains", type=float, nargs=3, default=(2e-3, 0.5, 1.0), metavar=("ALPHA", "BETA", "GAMMA"),
                    help="adaptive forward prediction: horizon gain [s], amplitude gain, exponent (default 2e-3 0.5 1)")
-    q.add_argument("--mcs-gains", type=float, nargs=2, default=(200.0, 2.0), metavar=("ALPHA", "BETA"),
-                   help="minimal control synthesis: integral [1/s] and proportional gains (default 200 2)")
+    q.add_argument("--mcs-gains", type=float, nargs=2, default=(50.0, 0.5), metavar=("ALPHA", "BETA"),
+                   help="minimal control synthesis: integral [1/s] and proportional gains (default 50 0.5)")
     q.add_argument("--dt", type=float, default=2e-4, metavar="S", help="real-time step [s] (default %(default)s)")
     q.add_argument("--duration", type=float, default=3.0, metavar="S", help="simulated time [s] (default %(default)s)")
     q.add_argument("--excitation-hz", type=float, default=0.0, metavar="F", help="harmonic force frequency [Hz] (default: free response)")
