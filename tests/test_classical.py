@@ -219,6 +219,19 @@ def test_loop_needs_a_delay_of_one_step(sdof):
         cl.simulate(sdof, cl.TransferSystem("delay", 0.5 * DT), None, DT, 0.1)
 
 
+def test_classical_point_frf_matches_delayed_loop_steady_state(sdof, tau_c):
+    from hbtest.commands.classical import classical_point
+
+    tau, f = 0.5 * tau_c, 8.0
+    p = classical_point(sdof, cl.TransferSystem("delay", tau), f, DT, 6.0, 1.0)
+    assert p["stable"]
+    T = st.sdof_system(M, C, K, KS).equation(tau).matrix(2j * np.pi * f)
+    H_loop = 1.0 / T[0, 0]  # steady state of the delayed loop
+    H_em = complex(*p["emulated_frf_m_per_n"])
+    assert abs(complex(*p["frf_m_per_n"]) - H_loop) < 1e-3 * abs(H_loop)
+    assert p["frf_error"] == pytest.approx(abs(H_loop - H_em) / abs(H_em), rel=0.02)
+
+
 def test_cantilever_classical_unstable_at_one_millisecond(tmp_path):
     from hbtest.commands.classical import classical_point
     from hbtest.config import load_sweep
