@@ -337,7 +337,9 @@ class SweepSpec:
 @dataclass(frozen=True)
 class TestSpec:
     """Tolerances of the test (SI: metres). ``residual``: ``displacement`` or ``force`` form;
-    ``force_reconstruction``: see :data:`hbtest.sensors.FORCE_METHODS`."""
+    ``force_reconstruction``: see :data:`hbtest.sensors.FORCE_METHODS`; ``accuracy``: relative
+    interface-displacement error the hbtest profile also requires (0 = off);
+    ``rotation_length`` [m]: weight of rotations in the residual norm (|R_u|^2 + l^2 |R_th|^2)."""
 
     target_mode: int
     tolerance: float
@@ -346,6 +348,8 @@ class TestSpec:
     max_iterations: int
     residual: str
     force_reconstruction: str
+    accuracy: float = 0.0
+    rotation_length: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -356,6 +360,7 @@ class SolverSpec:
     max_step_v: float
     ramp_periods: float
     max_settle_windows: int
+    fd_step_v: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -436,6 +441,8 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
         max_iterations=ts.integer("max_iterations", 100, min=1, max=10000),
         residual=ts.string("residual", "displacement", choices=("displacement", "force")),
         force_reconstruction=ts.string("force_reconstruction", "segment", choices=FORCE_METHODS),
+        accuracy=ts.number("accuracy", 0.0, nonnegative=True, max=0.5),
+        rotation_length=ts.number("rotation_length_mm", 100.0, scale=1e-3, positive=True),
     )
     ts.finish()
 
@@ -445,6 +452,7 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
         max_step_v=so.number("max_step_v", 0.5, positive=True),
         ramp_periods=so.number("ramp_periods", 2.0, nonnegative=True, max=1000),
         max_settle_windows=so.integer("max_settle_windows", 20, min=2, max=1000),
+        fd_step_v=so.number("fd_step_v", 0.1, positive=True),
     )
     so.finish()
 
@@ -533,6 +541,8 @@ def read_sensors(sec: Section):
         zeta_mass=seg.zeta_mass,
         zeta_stiffness=seg.zeta_stiffness,
         channels=tuple(channels),
+        mains_hz=sec.number("mains_hz", 50.0, nonnegative=True),
+        mains_multiples=sec.integer("mains_multiples", 3, min=0, max=50),
     )
     if layout.laser_spacing == 0:
         raise sec.error("laser_spacing_mm", "must be non-zero")

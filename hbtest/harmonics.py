@@ -83,6 +83,7 @@ def fit(
     frequency_hz: float,
     orders,
     n_periods: int | None = None,
+    nuisance_hz=(),
 ) -> HarmonicFit:
     """Least-squares harmonic coefficients of ``x`` sampled at times ``t`` [s].
 
@@ -93,6 +94,11 @@ def fit(
     variance of the mean (the noise estimate the solver uses). Exact for noise-free multisines
     with orders inside ``orders`` when the windows contain enough samples
     (more than ``2 * len(orders)``).
+
+    ``nuisance_hz``: known interference frequencies (e.g. mains multiples). They are first
+    estimated jointly with the harmonics by least squares over the whole record and
+    subtracted, so a known interferer is removed rather than only averaged down. A nuisance
+    within one bin (``f / n_periods``) of a solved harmonic cannot be separated and is skipped.
     """
     orders = _orders(orders)
     t = np.asarray(t, dtype=float)
@@ -113,18 +119,32 @@ def fit(
     t0 = t[0]
     index = np.floor((t - t0) / period + 1e-9).astype(int)
     omega = 2 * np.pi * frequency_hz
-    per = []
-    for j in range(n_periods):
-        sel = index == j
-        if np.count_nonzero(sel) <= 2 * orders.size:
-            raise ValueError(
-                f"{np.count_nonzero(sel)} samples per period cannot resolve orders {orders.tolist()}"
-            )
-        A = _basis(omega * t[sel], orders)
-        beta, *_ = np.linalg.lstsq(A, np.moveaxis(x[..., sel], -1, 0).reshape(sel.sum(), -1), rcond=None)
-        beta = beta.T.reshape(x.shape[:-1] + (A.shape[1],))
-        per.append(unpack(beta, orders))
-    per_period = np.stack(per, axis=0)
+    nuis = [fn for fn in nuisance_hz if all(abs(fn - k * frequency_hz) > frequency_hz / n_periods for k in orders)]
+    if nuis:
+        keep = index < n_periods
+        tt = t[keep]
+        A = np.concatenate([_basis(omega * tt, orders)] + [_basis(2 * np.pi * fn * tt, [1]) for fn in nuis], axis=-1)
+        xs = np.moveaxis(x[..., keep], -1, 0).reshape(tt.size, -1)
+        beta, *_ = np.linalg.lstsq(A, xs, rcond=None)
+        n_h = 2 * orders.size - int(0 in orders)
+        interference = _basis(2 * np.pi * np.asarray(nuis)[:, None] * t[None, :], [1])  # (n_nuis, n_t, 2)
+        coef = beta[n_h:].reshape(len(nuis), 2, -1)  # (n_nuis, [cos, sin], channels)
+        x = x - np.einsum("jtc,jcm->mt", interference, coef).reshape(x.shape)
+    # all windows at once: zero-padded rows do not change a least-squares fit
+    counts = np.bincount(index[index < n_periods], minlength=n_periods)
+    if counts.min() <= 2 * orders.size:
+        raise ValueError(f"{counts.min()} samples per period cannot resolve orders {orders.tolist()}")
+    m = int(counts.max())
+    starts = np.searchsorted(index, np.arange(n_periods))
+    rows = starts[:, None] + np.arange(m)[None, :]
+    valid = np.arange(m)[None, :] < counts[:, None]
+    rows = np.where(valid, rows, 0)
+    A = _basis(omega * t[rows], orders) * valid[..., None]  # (P, m, nb)
+    xw = np.moveaxis(x, -1, 0)[rows].reshape(n_periods, m, -1) * valid[..., None]  # (P, m, ch)
+    AtA = np.einsum("pmi,pmj->pij", A, A)
+    Atx = np.einsum("pmi,pmc->pic", A, xw)
+    beta = np.linalg.solve(AtA, Atx)  # (P, nb, ch)
+    per_period = unpack(np.moveaxis(beta, 1, -1).reshape((n_periods,) + x.shape[:-1] + (A.shape[-1],)), orders)
     mean = per_period.mean(axis=0)
     if n_periods > 1:
         var = np.sum(np.abs(per_period - mean) ** 2, axis=0) / (n_periods - 1) / n_periods

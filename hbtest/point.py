@@ -64,6 +64,7 @@ class PointSettings:
     max_step_v: float
     ramp_periods: float
     max_settle_windows: int
+    accuracy: float = 0.0
     rotation_length: float = 0.1
     fd_step_v: float = 0.1
     min_window_periods: int = 3
@@ -82,6 +83,9 @@ class PointSettings:
             max_step_v=cfg.solver.max_step_v,
             ramp_periods=cfg.solver.ramp_periods,
             max_settle_windows=cfg.solver.max_settle_windows,
+            accuracy=cfg.test.accuracy,
+            rotation_length=cfg.test.rotation_length,
+            fd_step_v=cfg.solver.fd_step_v,
         )
 
 
@@ -110,6 +114,7 @@ class Carry:
     G: np.ndarray | None = None  # hbtest: rig Jacobian d[U_P; F_P]/dV (weighted, packed)
     solutions: list = field(default_factory=list)  # (frequency_hz, V packed, Y packed)
     start_V: np.ndarray | None = None  # where to start when there is no solution yet (resume)
+    r_target: float | None = None  # hbtest: residual level the last point needed [m]
 
 
 @dataclass
@@ -212,9 +217,11 @@ class PointLoop:
         noise = float(np.sqrt(np.sum(var_R * np.array([[1.0], [self.s.rotation_length**2]]))))
         return U_N, R, vec, noise
 
-    def evaluate(self, num: NumericalSide, V: np.ndarray) -> Evaluation:
+    def evaluate(self, num: NumericalSide, V: np.ndarray, transient_tol: float | None = None) -> Evaluation:
         """Apply ``V``, settle, measure. Rig time: ramp + windows until the residual changes
-        less than the transient tolerance between windows."""
+        less than ``transient_tol`` (default: the test's transient tolerance) between windows.
+        The hbtest profile sizes its windows so that the residual noise is a third of that."""
+        transient_tol = self.s.transient_tolerance if transient_tol is None else transient_tol
         t0 = self.rig.elapsed_s
         f = num.frequency_hz
         self.rig.set_demand(f, self.unpack_voltage(V), self.orders, ramp_periods=self.s.ramp_periods)
@@ -225,20 +232,22 @@ class PointLoop:
         windows = 0
         for windows in range(1, self.s.max_settle_windows + 1):
             acq = self.rig.acquire(int(self._window))
-            meas = measure_interface(acq, self.layout, self.orders, self.s.force_method)
+            meas = measure_interface(acq, self.layout, self.orders, self.s.force_method, reject_mains=hb)
             U_N, R, vec, noise = self._residual(num, meas)
             if hb:
                 # adapt the window so the residual noise is a third of the transient tolerance
                 # (noise variance scales as 1/n)
-                want = self._window * (3.0 * noise / self.s.transient_tolerance) ** 2
+                want = self._window * (3.0 * noise / transient_tol) ** 2
                 self._window = int(np.clip(np.ceil(want), self.s.min_window_periods, 4 * self.s.averaging_periods))
             if prev_R is not None:
                 d = self.norm(R - prev_R)
-                ok = d < self.s.transient_tolerance
+                # hbtest: a change within 3 sigma of the difference of two noisy windows is
+                # not evidence of a transient (the published rule compares d alone)
+                ok = d < (max(transient_tol, 3.0 * np.sqrt(2.0) * noise) if hb else transient_tol)
                 if hb and ok and prev_d is not None and prev_d > 0:
                     # geometric decay: what is left of the transient is about d q / (1 - q)
                     q = min(d / prev_d, 0.95)
-                    ok = d * q / (1 - q) < self.s.transient_tolerance
+                    ok = d * q / (1 - q) < max(transient_tol, 3.0 * np.sqrt(2.0) * noise)
                 if ok:
                     settled = True
                     break
@@ -262,14 +271,14 @@ class PointLoop:
         Dinv = harmonics.real_operator(np.linalg.inv(num.D), self.orders)
         return self._w()[:, None] * (GU + Dinv @ GF)
 
-    def _finite_differences(self, num, base: Evaluation, history: list):
+    def _finite_differences(self, num, base: Evaluation, history: list, transient_tol: float | None = None):
         """Perturb each packed voltage by ``fd_step_v``: returns (J_residual, G) columns."""
         m = base.V.size
         JR = np.empty((base.vector.size, m))
         G = np.empty((base.Y.size, m))
         for j, dv in enumerate(solver.finite_difference_columns(m, self.s.fd_step_v).T):
             V = self._clip(base.V + dv)
-            e = self.evaluate(num, V)
+            e = self.evaluate(num, V, transient_tol)
             history.append(e)
             step = V - base.V
             jj = int(np.argmax(np.abs(step)))
@@ -278,7 +287,7 @@ class PointLoop:
         return JR, G
 
     def _clip(self, V: np.ndarray) -> np.ndarray:
-        return solver.clip_voltage(V, self.n_act, self.voltage_limit)[0]
+        return solver.clip_voltage(V, self.n_act, self.voltage_limit, self.orders)[0]
 
     # -- the point -------------------------------------------------------------------------
     def run(self, frequency_hz: float, carry: Carry) -> PointOutcome:
@@ -356,42 +365,68 @@ class PointLoop:
         J = self._residual_jacobian_from_G(num, G)
         return self._clip(V_prev + solver.limit_step(solver.newton_step(J, vec), 4 * self.s.max_step_v))
 
+    def _error_estimate(self, num: NumericalSide, G: np.ndarray, e: Evaluation) -> tuple[float, float, np.ndarray]:
+        """Newton step ``dV = -J_R^+ R`` and the interface-displacement error it implies,
+        ``e_U = G_U J_R^+ R = (D_N + D_P)^-1 D_N R`` (weighted norm, metres), plus the noise
+        amplification ``|G_U J_R^+|`` from residual to displacement error."""
+        J = self._residual_jacobian_from_G(num, G)
+        dV = solver.newton_step(J, e.vector)
+        GU = G[: 2 * self.p]
+        err = float(np.linalg.norm(GU @ dV))
+        amp = float(np.linalg.norm(GU @ np.linalg.pinv(J, rcond=1e-10), 2))
+        if self.s.residual_form == "force":
+            amp *= float(np.linalg.norm(e.vector) / max(e.norm, 1e-300))
+        return err, amp, dV
+
+    def _residual_target(self, err_tol: float, amp: float) -> float:
+        """Residual level [m] that keeps the displacement error within ``err_tol``."""
+        return min(self.s.tolerance, err_tol / max(amp, 1.0)) if self.s.accuracy > 0 else self.s.tolerance
+
     def _run_hbtest(self, num: NumericalSide, carry: Carry) -> PointOutcome:
+        """Converged when ``|R| < tolerance`` and, with ``accuracy > 0``, when the estimated
+        interface-displacement error is within ``accuracy * |U_P|``; settling and noise
+        targets follow the residual level that this requires."""
         s = self.s
         history: list[Evaluation] = []
         if carry.solutions and carry.G is not None:
             V = self._predict(num, carry)
         else:
             V = self._start_voltage(carry)
-        e = self.evaluate(num, V)
+        r_target = carry.r_target or s.tolerance
+        e = self.evaluate(num, V, 0.65 * r_target)
         history.append(e)
         if carry.G is None:
-            _, carry.G = self._finite_differences(num, e, history)
-        best = e
+            _, carry.G = self._finite_differences(num, e, history, 0.65 * r_target)
+        best = e.norm
         stalled = 0
         message = "iteration limit reached"
         it = 0
         while True:
-            if e.norm < s.tolerance:
+            err, amp, dV = self._error_estimate(num, carry.G, e)
+            U = float(np.linalg.norm(self._w() * self._pack2(e.meas.displacement)))
+            r_target = self._residual_target(s.accuracy * U, amp)
+            carry.r_target = r_target
+            ok = e.norm < s.tolerance and (s.accuracy <= 0 or (err <= s.accuracy * U and e.settled))
+            if ok:
                 message = "converged"
                 break
             if it >= s.max_iterations:
                 break
             it += 1
-            J = self._residual_jacobian_from_G(num, carry.G)
-            step = solver.limit_step(solver.newton_step(J, e.vector), s.max_step_v)
-            new = self.evaluate(num, self._clip(e.V + step))
+            step = solver.limit_step(dV, s.max_step_v)
+            new = self.evaluate(num, self._clip(e.V + step), 0.65 * r_target)
             history.append(new)
-            dV, dY = new.V - e.V, new.Y - e.Y
+            dVm, dY = new.V - e.V, new.Y - e.Y
             if solver.informative(dY, max(e.noise, new.noise) / np.sqrt(dY.size)):
-                carry.G = solver.good_broyden_update(carry.G, dV, dY)
-            if new.norm < best.norm * 0.9:
-                best, stalled = new, 0
+                carry.G = solver.good_broyden_update(carry.G, dVm, dY)
+            if new.norm < 0.9 * best:
+                best, stalled = new.norm, 0
             else:
                 stalled += 1
             e = new
-            if stalled >= 3 and e.norm > s.tolerance:
+            if stalled >= 3:
                 # stagnation: re-measure the rig Jacobian around the current voltages
-                _, carry.G = self._finite_differences(num, e, history)
+                _, carry.G = self._finite_differences(num, e, history, 0.65 * r_target)
                 stalled = 0
+                best = e.norm
         return PointOutcome(num.frequency_hz, e, message == "converged", it, 0.0, history, message)

@@ -79,7 +79,9 @@ class SensorLayout:
     laser_spacing: d_l [m]; gauge_positions: (d1, d2) [m from the interface];
     gauge_calibration: c [N m per strain]; EI [N m^2], rhoA [kg/m], thickness h [m];
     zeta_mass [1/s], zeta_stiffness [s] of the segment (C = zeta_M M + zeta_K K);
-    channels: the four channels named l1, l2, g1, g2 (order irrelevant).
+    channels: the four channels named l1, l2, g1, g2 (order irrelevant);
+    mains_hz, mains_multiples: the lab's mains frequency and how many of its multiples a fit
+    may estimate and remove (:func:`hbtest.harmonics.fit` ``nuisance_hz``).
     """
 
     laser_spacing: float
@@ -91,6 +93,13 @@ class SensorLayout:
     zeta_mass: float = 0.0
     zeta_stiffness: float = 0.0
     channels: tuple[ChannelSpec, ...] = field(default=())
+    mains_hz: float = 50.0
+    mains_multiples: int = 3
+
+    @property
+    def mains_frequencies(self) -> tuple[float, ...]:
+        """Known interference frequencies [Hz] a fit may reject (mains and its multiples)."""
+        return tuple(self.mains_hz * m for m in range(1, self.mains_multiples + 1)) if self.mains_hz > 0 else ()
 
     def __post_init__(self):
         d1, d2 = self.gauge_positions
@@ -122,15 +131,18 @@ def forces_finite_difference(eps1, eps2, layout: SensorLayout):
 
 
 def forces_inertia_corrected(eps1, eps2, u0, theta0, s, layout: SensorLayout):
-    """Finite-difference rule plus the inertia of the segment up to the gauge midpoint:
+    """Finite-difference rule with the section's viscoelastic factor ``(1 + zeta_K s)`` plus the
+    inertia of the segment up to the gauge midpoint:
     ``T(0) = T_fd + rhoA s^2 int_0^xm (u0 + theta0 x) dx`` (rigid-segment approximation),
     ``M(0) = M_fd + rhoA s^2 int_0^d1 int_0^x (u0 + theta0 y) dy dx``-style terms are
     neglected. Coefficient domain: ``s = i k Omega`` broadcast against the harmonic axis."""
     T, M = forces_finite_difference(eps1, eps2, layout)
+    # the section stress carries the stiffness-proportional (Kelvin–Voigt) damping too
+    visco = 1.0 + layout.zeta_stiffness * s
     d1, d2 = layout.gauge_positions
     xm = 0.5 * (d1 + d2)
     lam = layout.rhoA * (s * s + layout.zeta_mass * s)
-    return T + lam * (u0 * xm + theta0 * xm * xm / 2), M
+    return visco * T + lam * (u0 * xm + theta0 * xm * xm / 2), visco * M
 
 
 def forces_segment(eps1, eps2, u0, theta0, s, layout: SensorLayout):
@@ -195,10 +207,11 @@ class InterfaceMeasurement:
     n_periods: int
 
 
-def measure_interface(acq, layout: SensorLayout, orders, method: str = "segment") -> InterfaceMeasurement:
+def measure_interface(acq, layout: SensorLayout, orders, method: str = "segment", reject_mains: bool = False) -> InterfaceMeasurement:
     """Fit harmonics to an acquisition's four channels, remove each channel's filter lag,
     and reconstruct (u, theta, T, M). ``acq`` has ``t`` [s, demand time base], ``data``
-    (channel name -> raw volts), ``frequency_hz`` and ``n_periods``."""
+    (channel name -> raw volts), ``frequency_hz`` and ``n_periods``. ``reject_mains``:
+    estimate and subtract the layout's mains frequencies instead of only averaging them."""
     if method not in FORCE_METHODS:
         raise ValueError(f"unknown force reconstruction {method!r}; use one of {FORCE_METHODS}")
     orders = np.asarray(orders, dtype=int)
@@ -208,7 +221,8 @@ def measure_interface(acq, layout: SensorLayout, orders, method: str = "segment"
     raw = np.stack([np.asarray(acq.data[n], dtype=float) for n in names])
     scales = np.array([layout.channel(n).scale for n in names])[:, None]
     offsets = np.array([layout.channel(n).offset for n in names])[:, None]
-    fit = harmonics.fit(acq.t, raw * scales + offsets, f, orders, n_periods=acq.n_periods)
+    nuisance = layout.mains_frequencies if reject_mains else ()
+    fit = harmonics.fit(acq.t, raw * scales + offsets, f, orders, n_periods=acq.n_periods, nuisance_hz=nuisance)
     for i, n in enumerate(names):
         spec = layout.channel(n)
         g = np.array([spec.response(k * f) for k in orders])

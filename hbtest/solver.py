@@ -53,17 +53,19 @@ def limit_step(dV: np.ndarray, max_step: float) -> np.ndarray:
     return dV if m <= max_step else dV * (max_step / m)
 
 
-def clip_voltage(V: np.ndarray, n_actuators: int, limit_v: float) -> tuple[np.ndarray, bool]:
-    """Scale each actuator's packed coefficients so that its peak bound ``sum |coefficients|``
-    (|a0| + sum_k sqrt(a_k^2 + b_k^2) <= sum of |entries|) stays within ``limit_v``.
+def clip_voltage(V: np.ndarray, n_actuators: int, limit_v: float, orders) -> tuple[np.ndarray, bool]:
+    """Scale each actuator's coefficients so that its peak bound ``|a0| + sum_k |V_k|`` (the
+    bound :func:`hbtest.rig.check_voltage` enforces) stays within ``limit_v``.
     Returns (V, clipped?)."""
+    from .harmonics import unpack
+
     V = np.asarray(V, dtype=float).copy()
     per = V.reshape(n_actuators, -1)
     clipped = False
+    peaks = np.abs(unpack(per, orders)).sum(axis=-1)
     for a in range(n_actuators):
-        peak = float(np.abs(per[a]).sum())
-        if peak > limit_v:
-            per[a] *= limit_v / peak
+        if peaks[a] > limit_v:
+            per[a] *= limit_v / peaks[a] * (1 - 1e-12)
             clipped = True
     return per.reshape(-1), clipped
 

@@ -53,6 +53,15 @@ def _sigint(policy: _Interrupt):
         signal.signal(signal.SIGINT, old)
 
 
+def history_capacity(max_iterations: int, n_actuators: int, orders) -> int:
+    """Rows of per-point history the store must hold: every rig evaluation is recorded, and
+    besides one per iteration there are finite-difference Jacobians (one evaluation per packed
+    voltage, at most once per three iterations) and line-search trials (two extra every 10th
+    iteration of the published profile)."""
+    n_v = n_actuators * harmonics.packed_size(orders)
+    return (max_iterations + 1) * (1 + n_v) + 1
+
+
 def point_record(out: PointOutcome, orders, n_act: int, external_amplitude: float, reference=None) -> PointRecord:
     """Everything measured at a point, in the store's shapes."""
     orders = np.asarray(orders)
@@ -173,7 +182,7 @@ def run(cfg: SweepConfig, store_path=None, progress=print, overwrite: bool = Fal
         frequencies_hz=cfg.sweep.frequencies_hz,
         harmonics=cfg.sweep.harmonics,
         actuators=rig_cfg.actuators,
-        max_iterations=cfg.test.max_iterations,
+        max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), cfg.sweep.harmonics) - 1,
         attrs=_store_attrs(cfg, rig_cfg, overrides),
         overwrite=overwrite,
     )
