@@ -89,20 +89,36 @@ def parse_override(item: str, source: str = "--set") -> tuple[str, Any]:
 
 
 def apply_overrides(doc: dict, overrides, source: str) -> None:
-    """Apply ``--set`` overrides in place. Overriding a table or a key inside a non-table is
-    an error; new keys are allowed here and checked by the schema like any other."""
+    """Apply ``--set`` overrides in place. ``a.b[1].c=v`` addresses an entry of an array of
+    tables. Overriding a table, or a key inside a non-table, is an error; new keys are allowed
+    here and checked by the schema like any other."""
     for item in overrides:
         key, value = parse_override(item, f"{source} (--set)")
-        parts = key.split(".")
         node = doc
+        parts = key.split(".")
         for part in parts[:-1]:
-            nxt = node.setdefault(part, {})
+            name, index = _split_index(part, key, source)
+            nxt = node.setdefault(name, {}) if index is None else node.get(name)
+            if index is not None:
+                if not isinstance(nxt, list) or not -len(nxt) <= index < len(nxt) or not isinstance(nxt[index], dict):
+                    raise ConfigError(f"{source} (--set)", key, f"{name}[{index}] is not an entry of an array of tables")
+                nxt = nxt[index]
             if not isinstance(nxt, dict):
                 raise ConfigError(f"{source} (--set)", key, f"{part!r} is not a table")
             node = nxt
         if isinstance(node.get(parts[-1]), dict):
             raise ConfigError(f"{source} (--set)", key, "is a table; set one of its keys")
         node[parts[-1]] = value
+
+
+def _split_index(part: str, key: str, source: str) -> tuple[str, int | None]:
+    if not part.endswith("]"):
+        return part, None
+    name, _, idx = part[:-1].partition("[")
+    try:
+        return name, int(idx)
+    except ValueError:
+        raise ConfigError(f"{source} (--set)", key, f"bad index in {part!r}") from None
 
 
 class Section:

@@ -104,6 +104,7 @@ class Evaluation:
     periods: float  # forcing periods the rig ran for this evaluation (ramp + settling)
     windows: int
     settled: bool
+    overrange: tuple = ()  # channels that reached the ADC full scale (clipped) in the last window
 
 
 @dataclass
@@ -173,6 +174,7 @@ class PointLoop:
         self.n_act = len(desc.actuators)
         self.voltage_limit = desc.voltage_limit_v
         self.identity = desc.identity
+        self.input_range = desc.input_range_v
         self.p = harmonics.packed_size(self.orders)
         self.progress = progress
         self._window = settings.min_window_periods if settings.profile == "hbtest" else settings.averaging_periods
@@ -255,7 +257,14 @@ class PointLoop:
             prev_R = R
         Y = scaleY * np.concatenate([self._pack2(meas.displacement), self._pack2(meas.force)])
         periods = (self.rig.elapsed_s - t0) * f
-        return Evaluation(V.copy(), meas, U_N, R, self.norm(R), vec, Y, noise, periods, windows, settled)
+        over = ()
+        if self.input_range:
+            over = tuple(n for n, x in acq.data.items() if np.max(np.abs(x)) >= 0.999 * self.input_range)
+        return Evaluation(V.copy(), meas, U_N, R, self.norm(R), vec, Y, noise, periods, windows, settled, over)
+
+    @staticmethod
+    def _overrange_message(e: Evaluation) -> str:
+        return f"sensor over range (clipped): {', '.join(e.overrange)} — lower the excitation or extend the channel range"
 
     # -- Jacobians -------------------------------------------------------------------------
     def _residual_jacobian_from_G(self, num: NumericalSide, G: np.ndarray) -> np.ndarray:
@@ -324,6 +333,9 @@ class PointLoop:
         message = "iteration limit reached"
         it = 0
         while it < s.max_iterations:
+            if e.overrange:
+                message = self._overrange_message(e)
+                break
             if e.norm < s.tolerance:
                 message = "converged"
                 break
@@ -347,7 +359,7 @@ class PointLoop:
             e = new
             norms.append(e.norm)
         else:
-            if e.norm < s.tolerance:
+            if e.norm < s.tolerance and not e.overrange:
                 message = "converged"
         return PointOutcome(num.frequency_hz, e, message == "converged", it, 0.0, history, message)
 
@@ -407,6 +419,9 @@ class PointLoop:
             r_target = self._residual_target(s.accuracy * U, amp)
             carry.r_target = r_target
             ok = e.norm < s.tolerance and (s.accuracy <= 0 or (err <= s.accuracy * U and e.settled))
+            if e.overrange:
+                message = self._overrange_message(e)
+                break
             if ok:
                 message = "converged"
                 break

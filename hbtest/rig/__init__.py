@@ -41,7 +41,8 @@ class Acquisition:
 @dataclass(frozen=True)
 class RigDescription:
     """What a rig says about itself: identity (for provenance), actuators (names, in the order
-    of the voltage array), sensor layout with calibration, voltage limit [V], sample rate."""
+    of the voltage array), sensor layout with calibration, voltage limit [V], sample rate, and
+    the acquisition's input range [V] (a sample at full scale means a clipped channel)."""
 
     identity: str
     kind: str  # "virtual" | "visa" | ...
@@ -50,6 +51,7 @@ class RigDescription:
     voltage_limit_v: float
     sensors: SensorLayout
     details: dict = field(default_factory=dict)
+    input_range_v: float | None = None  # ADC full scale (+/-) of every channel, if known
 
 
 @runtime_checkable

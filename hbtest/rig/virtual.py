@@ -656,6 +656,7 @@ class VirtualRig:
             voltage_limit_v=self.config.voltage_limit_v,
             sensors=self.sensors,
             details=details,
+            input_range_v=self.spec.noise.adc_range_v,
         )
 
     @property
