@@ -390,7 +390,6 @@ def identify_lag(transfer: TransferSystem | Callable, dt: float, band_hz: tuple[
     H = Xf / U
     w = _TWO_PI * f0 * lines
     mag = np.abs(H)
-    g0 = float(mag[0] * np.sqrt(1 + 0.0))
     # |H|^-2 = (1 + w^2 T^2)/g^2: linear in w^2
     a, b = np.polyfit(w * w, 1.0 / np.maximum(mag, 1e-300) ** 2, 1)
     g0 = float(1.0 / np.sqrt(max(b, 1e-300)))
