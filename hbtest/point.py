@@ -392,7 +392,9 @@ class PointLoop:
 
     def _residual_target(self, err_tol: float, amp: float) -> float:
         """Residual level [m] that keeps the displacement error within ``err_tol``."""
-        return min(self.s.tolerance, err_tol / max(amp, 1.0)) if self.s.accuracy > 0 else self.s.tolerance
+        if self.s.accuracy <= 0 or err_tol <= 0:  # no accuracy target, or no motion yet
+            return self.s.tolerance
+        return min(self.s.tolerance, err_tol / max(amp, 1.0))
 
     def _run_hbtest(self, num: NumericalSide, carry: Carry) -> PointOutcome:
         """Converged when ``|R| < tolerance`` and, with ``accuracy > 0``, when the estimated
