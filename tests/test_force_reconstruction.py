@@ -98,7 +98,8 @@ def test_finite_difference_shear_error_is_the_physical_one(rig, paper):
     assert np.all((fd[:, 0] > 0.05) & (fd[:, 0] < 0.25))
     assert fd[:, 1].max() < 0.02  # the moment extrapolation suffers much less
     assert inertia[:, 0].max() < 0.01 and inertia[:, 0].max() < 0.1 * fd[:, 0].min()
-    assert np.allclose(inertia[:, 1], fd[:, 1])  # the correction leaves M alone
+    # the inertia rule also carries the section's viscoelastic factor (1 + zeta_K s): M improves
+    assert np.all(inertia[:, 1] < fd[:, 1])
 
 
 def test_acquired_records_give_the_same_errors(paper):
