@@ -226,7 +226,7 @@ class Section:
         if v is None:
             return None
         p = Path(v)
-        return p if p.is_absolute() else (base / p)
+        return (p if p.is_absolute() else (base / p)).resolve()
 
     def finish(self) -> None:
         """Raise on the first key that was never read (unknown key)."""
@@ -474,7 +474,7 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
 
     out = top.sub("output", required=False)
     store = out.path("store", base, default=f"runs/{name}.zarr")
-    output = OutputSpec(store=store if store.is_absolute() else Path(store), plot=out.boolean("plot", True))
+    output = OutputSpec(store=store.resolve(), plot=out.boolean("plot", True))
     out.finish()
 
     design_ps = None

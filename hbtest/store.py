@@ -311,7 +311,7 @@ class RunStore:
 
         if path.exists() or path.is_symlink():
             if not overwrite:
-                raise UserError(f"{path}: a run store already exists there (choose another output.store, resume it, or overwrite)")
+                raise UserError(f"{path}: a run store already exists there (use --store PATH, `hbtest resume` it, or --overwrite)")
             if _is_store(path):
                 shutil.rmtree(path)
             elif path.is_dir() and not any(path.iterdir()):
