@@ -245,11 +245,12 @@ class PointLoop:
                 d = self.norm(R - prev_R)
                 # hbtest: a change within 3 sigma of the difference of two noisy windows is
                 # not evidence of a transient (the published rule compares d alone)
-                ok = d < (max(transient_tol, 3.0 * np.sqrt(2.0) * noise) if hb else transient_tol)
+                limit = max(transient_tol, 3.0 * np.sqrt(2.0) * noise) if hb else transient_tol
+                ok = d < limit
                 if hb and ok and prev_d is not None and prev_d > 0:
                     # geometric decay: what is left of the transient is about d q / (1 - q)
                     q = min(d / prev_d, 0.95)
-                    ok = d * q / (1 - q) < max(transient_tol, 3.0 * np.sqrt(2.0) * noise)
+                    ok = d * q / (1 - q) < limit
                 if ok:
                     settled = True
                     break
