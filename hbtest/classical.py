@@ -796,7 +796,11 @@ def _envelope_fit(t: np.ndarray, Y: np.ndarray, skip_fraction: float) -> GrowthR
     if nw < 4:
         win = max(2, t.size // 8)
         nw = t.size // win
-    blocks = a[: nw * win].reshape(nw, win)
+    # only true local maxima of |y| count (a window edge on a rising flank is no envelope point)
+    peak = np.zeros_like(a)
+    lm = (a[1:-1] >= a[:-2]) & (a[1:-1] >= a[2:])
+    peak[1:-1][lm] = a[1:-1][lm]
+    blocks = peak[: nw * win].reshape(nw, win)
     imax = blocks.argmax(axis=1)
     env = blocks[np.arange(nw), imax]
     tc = t[: nw * win].reshape(nw, win)[np.arange(nw), imax]  # time of each window's peak
@@ -818,6 +822,19 @@ def _envelope_fit(t: np.ndarray, Y: np.ndarray, skip_fraction: float) -> GrowthR
     rate, se = float(coef[1]), float(np.sqrt(max(cov[1, 1], 0.0)))
     span = float(tc[keep][-1] - tc[keep][0])
     unstable = bool(rate > max(3 * se, math.log(1.5) / max(span, dt)))
+    # refine the frequency over the fitted span (the FFT of a short, growing record is
+    # coarse): peaks of |y| of the channel with the largest normalised late amplitude are half
+    # a period apart; parabolic interpolation places each peak between samples
+    inside = np.flatnonzero((t >= tc[keep][0]) & (t <= tc[keep][-1]))
+    if inside.size > 8:
+        ch = int(np.argmax(np.abs(Y[inside][-max(4, win) :]).max(axis=0) / scale))
+        yy = np.abs(Y[inside, ch])
+        j = 1 + np.flatnonzero((yy[1:-1] > yy[:-2]) & (yy[1:-1] >= yy[2:]))
+        if j.size >= 3:
+            den = yy[j - 1] - 2 * yy[j] + yy[j + 1]
+            off = np.where(den != 0, 0.5 * (yy[j - 1] - yy[j + 1]) / np.where(den != 0, den, 1.0), 0.0)
+            tp = t[inside][j] + np.clip(off, -0.5, 0.5) * dt
+            f_dom = float(0.5 * (j.size - 1) / (tp[-1] - tp[0]))
     return GrowthRate(rate, se, span, f_dom, unstable)
 
 
@@ -825,9 +842,9 @@ def growth_rate(t: np.ndarray, y: np.ndarray, forcing_hz: float = 0.0, skip_frac
     """Growth rate of a response from the log of its envelope.
 
     ``y`` (n,) or (n, n_ch) (channels combined by the max of ``|y|`` after each is
-    normalised). Envelope: the maximum of ``|y|`` over windows of one period of the dominant
-    frequency (FFT peak of the second half), placed at the time of that maximum (the peaks
-    of one exponential sinusoid lie exactly on its envelope). Fit: least squares of
+    normalised). Envelope: the largest local maximum of ``|y|`` in each window of one period
+    of the dominant frequency (FFT peak of the second half), placed at its time (the peaks of
+    one exponential sinusoid lie on its envelope; a window edge on a rising flank does not). Fit: least squares of
     ``ln(envelope)`` against those times over the windows after ``skip_fraction`` of the
     record and above 1e-12 of the largest envelope (round-off floor); when the envelope grew
     by more than 1e3, only its upper half in log scale, where the fastest root dominates.
