@@ -299,8 +299,8 @@ def test_cli_compare_bad_file(capsys):
     assert "no-such-sweep.toml" in capsys.readouterr().err
 
 
-@pytest.mark.slow
 def test_cli_compare_cantilever(capsys, tmp_path):
+    # reduced grid (about 4 s with the virtual twin); mark slow if the sweep gets slower
     png = tmp_path / "compare.png"
     rc = main(["compare", "sweeps/paper-cantilever.toml", "--delay", "1e-3", "--set", "sweep.points=3", "--duration", "2",
                "--plot", str(png), "--json"])
