@@ -936,9 +936,11 @@ class ClassicalResult:
         return not self.blew_up and not self.growth().unstable
 
     def growth(self, skip_fraction: float = 0.2) -> GrowthRate:
-        """Growth rate of the demand (:func:`growth_rate`; harmonic steady part removed)."""
+        """Growth rate of the demand and the actuator displacement together
+        (:func:`growth_rate`, harmonic steady part removed): a loop instability shows in both,
+        an instability of the compensator-actuator loop (e.g. adaptive gains) first in ``x``."""
         f = self.excitation.frequency_hz if self.excitation.active else 0.0
-        return growth_rate(self.t, self.z, f, skip_fraction)
+        return growth_rate(self.t, np.hstack([self.z, self.x]), f, skip_fraction)
 
     def steady_amplitude(self, periods: int = 10) -> np.ndarray:
         """Complex amplitude of ``z`` at the forcing frequency from the last ``periods``
