@@ -51,6 +51,7 @@ Units: SI throughout (m, N, s); frequencies in Hz where named ``_hz``.
 
 from __future__ import annotations
 
+import abc
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -213,7 +214,7 @@ class TransferSystem:
 # compensators
 
 
-class Compensator:
+class Compensator(abc.ABC):
     """Turns the demand history into the command. ``start`` is called once before a run;
     ``command(k, Z, X)`` returns the command ``(3, n_ch)`` = ``(u, u', u'')`` at step ``k``
     from the demand history ``Z[j] = (z, z', z'')`` (``j <= k``; negative indices hold the
@@ -225,8 +226,9 @@ class Compensator:
     def start(self, dt: float, n_ch: int, n_steps: int) -> None:
         self.dt, self.n_ch = dt, n_ch
 
+    @abc.abstractmethod
     def command(self, k: int, Z: "_History", X: "_History") -> np.ndarray:
-        raise NotImplementedError
+        """The command (3, n_ch) at step k."""
 
     def trace(self) -> dict:
         return {}

@@ -23,7 +23,6 @@ classical points where stable and marks where unstable.
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import sys
@@ -373,18 +372,10 @@ def classical_point(system, transfer, frequency_hz: float, dt: float, duration: 
 
 
 def _run_sweep(cfg, args, store_path, progress):
-    from .. import sweep
+    from ..sweep import run
 
-    params = inspect.signature(sweep.run).parameters
-    kw = {}
-    if "store_path" in params:
-        kw["store_path"] = store_path
-    if "progress" in params:
-        kw["progress"] = progress
-    for name, val in (("overwrite", True), ("plot", False), ("seed", args.seed), ("overrides", tuple(args.overrides))):
-        if name in params and val is not None:
-            kw[name] = val
-    return sweep.run(cfg, **kw)
+    return run(cfg, store_path, progress=progress, overwrite=True, plot=False, seed=args.seed,
+               overrides=tuple(args.overrides))
 
 
 def iterative_points(ds) -> list[dict]:
