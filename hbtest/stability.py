@@ -52,7 +52,7 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 
-from .structures import Structure, beam
+from .structures import Structure, beam, chain_links, stamp_link
 from .substructure import Substructure
 
 __all__ = [
@@ -1045,15 +1045,8 @@ def chain_hybrid(
     links in ``physical_links`` form the PS; the rest the NS. ``interface`` lists the DOF
     indices driven by the actuators (one actuator each, all with the same delay); every DOF
     touched by both parts must be there. DOFs touched only by the PS are its bulk."""
-    m = np.asarray(masses, dtype=float)
-    n = m.size
-    n_links = n - 1 + int(left_wall) + int(right_wall)
-    k = np.asarray(springs, dtype=float)
-    c = np.zeros(n_links) if dampers is None else np.asarray(dampers, dtype=float)
-    if k.shape != (n_links,) or c.shape != (n_links,):
-        raise ValueError(f"a chain of {n} masses with these walls needs {n_links} springs and dampers")
-    if np.any(m < 0) or np.any(k < 0) or np.any(c < 0):
-        raise ValueError("masses, springs and dampers must be non-negative")
+    m, k, c, ends = chain_links(masses, springs, dampers, left_wall, right_wall)
+    n, n_links = m.size, k.size
     iface = [int(i) for i in interface]
     pm = {int(i) for i in physical_masses}
     pl = {int(i) for i in physical_links}
@@ -1067,7 +1060,6 @@ def chain_hybrid(
         raise ValueError("at least one interface DOF is needed")
     if len(set(iface)) != len(iface):
         raise ValueError("interface DOFs repeat")
-    ends = ([None] if left_wall else []) + list(range(n)) + ([None] if right_wall else [])
     mats = {side: [np.zeros((n, n)) for _ in range(3)] for side in ("N", "P")}
     touched = {"N": set(), "P": set()}
     for j in range(n):
@@ -1078,10 +1070,8 @@ def chain_hybrid(
     for link in range(n_links):
         side = "P" if link in pl else "N"
         a, b = ends[link], ends[link + 1]
-        for mat, val in ((mats[side][2], k[link]), (mats[side][1], c[link])):
-            for p, q, sgn in ((a, a, 1), (b, b, 1), (a, b, -1), (b, a, -1)):
-                if p is not None and q is not None:
-                    mat[p, q] += sgn * val
+        stamp_link(mats[side][2], a, b, k[link])
+        stamp_link(mats[side][1], a, b, c[link])
         for p in (a, b):
             if p is not None and (k[link] > 0 or c[link] > 0):
                 touched[side].add(p)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg
 
-__all__ = ["Structure", "Beam", "Modes", "beam", "mass_chain", "generic", "BOUNDARY_CONDITIONS"]
+__all__ = ["Structure", "Beam", "Modes", "beam", "mass_chain", "chain_links", "stamp_link", "generic", "BOUNDARY_CONDITIONS"]
 
 # constrained local DOFs (0 = u, 1 = theta) for each boundary-condition name
 BOUNDARY_CONDITIONS = {
@@ -249,6 +249,31 @@ def beam(
     )
 
 
+def chain_links(masses, springs, dampers=None, left_wall: bool = True, right_wall: bool = False):
+    """Validated arrays of a lumped chain and its link ends: returns ``(m, k, c, ends)`` where
+    link i joins ``ends[i]`` and ``ends[i + 1]`` (a mass index, or None for a wall). Masses,
+    springs and dampers must be non-negative (a zero mass is allowed here: split chains)."""
+    m = np.asarray(masses, dtype=float)
+    n = m.size
+    n_links = n - 1 + int(left_wall) + int(right_wall)
+    k = np.asarray(springs, dtype=float)
+    c = np.zeros(n_links) if dampers is None else np.asarray(dampers, dtype=float)
+    if k.shape != (n_links,) or c.shape != (n_links,):
+        raise ValueError(f"a chain of {n} masses with these walls needs {n_links} springs and dampers")
+    if np.any(m < 0) or np.any(k < 0) or np.any(c < 0):
+        raise ValueError("masses, springs and dampers must be non-negative")
+    ends = ([None] if left_wall else []) + list(range(n)) + ([None] if right_wall else [])
+    return m, k, c, ends
+
+
+def stamp_link(mat: np.ndarray, a, b, value: float) -> None:
+    """Add a two-node element of stiffness/damping ``value`` between DOFs a and b (None =
+    ground) to ``mat`` in place."""
+    for p, q, sign in ((a, a, 1.0), (b, b, 1.0), (a, b, -1.0), (b, a, -1.0)):
+        if p is not None and q is not None:
+            mat[p, q] += sign * value
+
+
 def mass_chain(masses, springs, dampers=None, left_wall: bool = True, right_wall: bool = False) -> Structure:
     """Lumped chain of masses [kg] joined by springs [N/m] and dashpots [N s/m].
 
@@ -257,28 +282,15 @@ def mass_chain(masses, springs, dampers=None, left_wall: bool = True, right_wall
     DOFs are named ``x0 ... x{n-1}``. The symmetric three-mass two-wall benchmark is
     ``mass_chain([m, m, m], [k, k, k, k], [c, c, c, c], True, True)``.
     """
-    m = np.asarray(masses, dtype=float)
-    n = m.size
-    n_links = n - 1 + int(left_wall) + int(right_wall)
-    k = np.asarray(springs, dtype=float)
-    c = np.zeros(n_links) if dampers is None else np.asarray(dampers, dtype=float)
-    if k.shape != (n_links,) or c.shape != (n_links,):
-        raise ValueError(f"a chain of {n} masses with these walls needs {n_links} springs and dampers")
-    if np.any(m <= 0) or np.any(k < 0) or np.any(c < 0):
+    m, k, c, ends = chain_links(masses, springs, dampers, left_wall, right_wall)
+    if np.any(m <= 0):
         raise ValueError("masses must be positive, springs and dampers non-negative")
+    n = m.size
     K = np.zeros((n, n))
     C = np.zeros((n, n))
-    ends = ([None] if left_wall else []) + list(range(n)) + ([None] if right_wall else [])
-    for link in range(n_links):
-        a, b = ends[link], ends[link + 1]
-        for mat, val in ((K, k[link]), (C, c[link])):
-            if a is not None:
-                mat[a, a] += val
-            if b is not None:
-                mat[b, b] += val
-            if a is not None and b is not None:
-                mat[a, b] -= val
-                mat[b, a] -= val
+    for link in range(k.size):
+        stamp_link(K, ends[link], ends[link + 1], k[link])
+        stamp_link(C, ends[link], ends[link + 1], c[link])
     return Structure(M=np.diag(m), C=C, K=K, dof_names=tuple(f"x{i}" for i in range(n)))
 
 

@@ -10,10 +10,21 @@ def register(sub) -> None:
     add_file_arguments(p)
     p.add_argument("--store", metavar="PATH", help="output store (default: the file's output.store)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing store at that path")
+    add_run_options(p)
+    p.set_defaults(func=run)
+
+
+def add_run_options(p) -> None:
+    """Options shared by the commands that run a sweep (``sweep``, ``resume``)."""
     p.add_argument("--seed", type=int, default=None, help="seed of a virtual rig (default: the rig file's)")
     p.add_argument("--no-plot", action="store_true", help="do not write the Bode plot")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=run)
+
+
+def exit_code(ds) -> int:
+    """0 completed, 130 interrupted, 1 otherwise."""
+    status = ds.attrs.get("status")
+    return 0 if status == "completed" else 130 if status == "interrupted" else 1
 
 
 def run(args) -> int:
@@ -25,8 +36,7 @@ def run(args) -> int:
         cfg, args.store, progress=None if args.quiet else _say, overwrite=args.overwrite,
         seed=args.seed, plot=False if args.no_plot else None, overrides=tuple(args.overrides),
     )
-    status = ds.attrs.get("status")
-    return 0 if status == "completed" else 130 if status == "interrupted" else 1
+    return exit_code(ds)
 
 
 def _say(line: str) -> None:
