@@ -23,7 +23,9 @@ def test_hybrid_equals_full_structure_condensed(alpha):
     # both sides carry eps * cond(D_bb) absolute error, which is small against |D_P|
     scale = np.abs(DN).max(axis=(-1, -2)) + np.abs(DP).max(axis=(-1, -2))
     rel = np.abs(lhs - rhs).max(axis=(-1, -2)) / scale
-    assert rel.max() < 1e-9
+    # 1e-8: at a grid point within 0.1 % of a clamped-interface pole cond(D_bb) ~ 1e7 and the
+    # Schur complement carries eps * cond ~ 2e-9 of its size (seen at alpha = 0.336)
+    assert rel.max() < 1e-8
 
 
 def test_condensed_force_and_bulk_recover_full_solution():
@@ -92,7 +94,9 @@ def test_join_of_chains_matches_whole_chain():
 def test_mode_nodes_of_cantilever_mode2_and_join_beams():
     ns, ps, full = split_beam(0.53, 0.17, elements_per_metre=100, **REF)
     b = join_beams(ns, ps)
-    np.testing.assert_allclose(b.modes().frequencies_hz[:4], full.modes().frequencies_hz[:4], rtol=1e-8)
+    # rtol 1e-7: a dense generalised eigensolve resolves the lowest eigenvalue to about
+    # eps * lambda_max / lambda_1 ~ 1e-8 relative on this mesh (the two meshes differ in node order)
+    np.testing.assert_allclose(b.modes().frequencies_hz[:4], full.modes().frequencies_hz[:4], rtol=1e-7)
     nodes = mode_nodes(b, b.modes().shapes[:, 1])
     # clamped-free mode 2 node at x/L = 0.7834
     assert nodes.shape == (1,)
