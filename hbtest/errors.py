@@ -23,3 +23,8 @@ class InstrumentError(UserError):
 
 class LimitExceeded(UserError):
     """A rig safety limit (voltage, displacement, ...) would be or was exceeded."""
+
+
+class RigTrip(LimitExceeded):
+    """The rig's safety layer tripped (a limit was reached on a measured channel or an
+    output): outputs were zeroed and the trip stays latched until cleared."""

@@ -208,26 +208,46 @@ class InterfaceMeasurement:
 
 
 def measure_interface(acq, layout: SensorLayout, orders, method: str = "segment", reject_mains: bool = False) -> InterfaceMeasurement:
-    """Fit harmonics to an acquisition's four channels, remove each channel's filter lag,
-    and reconstruct (u, theta, T, M). ``acq`` has ``t`` [s, demand time base], ``data``
+    """Fit harmonics to an acquisition's channels (raw volts), remove each channel's filter
+    lag, and reconstruct (u, theta, T, M). ``acq`` has ``t`` [s, demand time base], ``data``
     (channel name -> raw volts), ``frequency_hz`` and ``n_periods``. ``reject_mains``:
     estimate and subtract the layout's mains frequencies instead of only averaging them."""
-    if method not in FORCE_METHODS:
-        raise ValueError(f"unknown force reconstruction {method!r}; use one of {FORCE_METHODS}")
     orders = np.asarray(orders, dtype=int)
-    f = acq.frequency_hz
-    coef, var = {}, {}
     names = ("l1", "l2", "g1", "g2")
     raw = np.stack([np.asarray(acq.data[n], dtype=float) for n in names])
-    scales = np.array([layout.channel(n).scale for n in names])[:, None]
-    offsets = np.array([layout.channel(n).offset for n in names])[:, None]
     nuisance = layout.mains_frequencies if reject_mains else ()
-    fit = harmonics.fit(acq.t, raw * scales + offsets, f, orders, n_periods=acq.n_periods, nuisance_hz=nuisance)
-    for i, n in enumerate(names):
+    fit = harmonics.fit(acq.t, raw, acq.frequency_hz, orders, n_periods=acq.n_periods, nuisance_hz=nuisance)
+    return _reduce(
+        {n: fit.coefficients[i] for i, n in enumerate(names)},
+        {n: fit.variance[i] for i, n in enumerate(names)},
+        acq.frequency_hz, acq.n_periods, layout, orders, method,
+    )
+
+
+def measure_interface_from_coefficients(rec, layout: SensorLayout, orders, method: str = "segment") -> InterfaceMeasurement:
+    """As :func:`measure_interface`, from per-channel coefficients averaged on the device
+    (:class:`hbtest.rig.ChannelCoefficients`: raw volts, the record's orders)."""
+    orders = np.asarray(orders, dtype=int)
+    rec_orders = [int(k) for k in np.asarray(rec.orders)]
+    idx = [rec_orders.index(int(k)) for k in orders]
+    coef = {n: np.asarray(rec.coefficients[n])[idx] for n in ("l1", "l2", "g1", "g2")}
+    var = {n: np.asarray(rec.variance[n])[idx] for n in ("l1", "l2", "g1", "g2")}
+    return _reduce(coef, var, rec.frequency_hz, rec.n_periods, layout, orders, method)
+
+
+def _reduce(raw_coef: dict, raw_var: dict, f: float, n_periods: int, layout: SensorLayout, orders, method: str) -> InterfaceMeasurement:
+    """Raw-volt channel coefficients -> calibrated, lag-corrected interface quantities. The
+    scale is linear, so scaling coefficients equals fitting scaled samples; the offset enters
+    the DC coefficient only."""
+    if method not in FORCE_METHODS:
+        raise ValueError(f"unknown force reconstruction {method!r}; use one of {FORCE_METHODS}")
+    coef, var = {}, {}
+    for n in ("l1", "l2", "g1", "g2"):
         spec = layout.channel(n)
         g = np.array([spec.response(k * f) for k in orders])
-        coef[n] = fit.coefficients[i] / g
-        var[n] = fit.variance[i] / np.abs(g) ** 2
+        c = np.asarray(raw_coef[n], dtype=complex) * spec.scale + np.where(orders == 0, spec.offset, 0.0)
+        coef[n] = c / g
+        var[n] = np.asarray(raw_var[n], dtype=float) * spec.scale**2 / np.abs(g) ** 2
     u, th = lasers_to_motion(coef["l1"], coef["l2"], layout.laser_spacing)
     dl = layout.laser_spacing
     var_u = var["l1"]
@@ -254,5 +274,5 @@ def measure_interface(acq, layout: SensorLayout, orders, method: str = "segment"
         force=np.stack([T, M]),
         displacement_variance=np.stack([var_u, var_th]),
         force_variance=np.stack([var_T, var_M]),
-        n_periods=acq.n_periods,
+        n_periods=n_periods,
     )

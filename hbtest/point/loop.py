@@ -1,0 +1,322 @@
+"""One frequency point of the iterative hybrid test (SPEC §2): the machinery.
+
+Apply a demand, settle, measure the PS interface through the sensors, form the residual
+against the numerical substructure. *How* the voltages are iterated (Jacobian, steps, windows,
+stopping) is a solver profile (:mod:`hbtest.point.profiles`); this module only measures and
+offers the operations profiles are built from. Only the :class:`~hbtest.rig.Rig` protocol is
+used: a virtual twin and real hardware look the same. A rig that averages on the device
+(``acquire_coefficients``) is used through that capability, raw samples otherwise.
+
+Residual (per harmonic k of the solved orders):
+- displacement form ``R_k = U_P - D_N(ikW)^-1 (F_e - F_P)`` [m, rad];
+- force form ``D_N U_P + F_P - F_e`` [N, N m] (the same equation scaled by D_N).
+The *convergence norm* is always the displacement form, with rotations weighted by
+``rotation_length`` so that it is in metres: ``|R| = sqrt(sum_k |R_u,k|^2 + l^2 |R_th,k|^2)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import harmonics, solver
+from ..errors import RigTrip
+from ..sensors import InterfaceMeasurement, measure_interface, measure_interface_from_coefficients
+from .numerical import NumericalSide
+
+__all__ = ["PointSettings", "Evaluation", "PointOutcome", "Carry", "PointLoop", "STOP_REASONS", "OVERRANGE_FRACTION"]
+
+#: why a point stopped (stored per point as ``stop_reason``)
+STOP_REASONS = ("converged", "iteration_limit", "voltage_limit", "overrange", "trip", "stalled")
+
+#: a channel whose |sample| reaches this fraction of the ADC full scale is taken as clipped
+OVERRANGE_FRACTION = 0.999
+
+
+@dataclass(frozen=True)
+class PointSettings:
+    """SI units. ``profile``: a name of :data:`hbtest.point.profiles.PROFILES`."""
+
+    orders: tuple[int, ...]
+    tolerance: float
+    transient_tolerance: float
+    averaging_periods: int
+    max_iterations: int
+    residual_form: str
+    force_method: str
+    profile: str
+    max_step_v: float
+    ramp_periods: float
+    max_settle_windows: int
+    accuracy: float = 0.0
+    rotation_length: float = 0.1
+    fd_step_v: float = 0.1
+    min_window_periods: int = 3
+
+    @classmethod
+    def from_config(cls, cfg) -> "PointSettings":
+        return cls(
+            orders=tuple(cfg.sweep.harmonics),
+            tolerance=cfg.test.tolerance,
+            transient_tolerance=cfg.test.transient_tolerance,
+            averaging_periods=cfg.test.averaging_periods,
+            max_iterations=cfg.test.max_iterations,
+            residual_form=cfg.test.residual,
+            force_method=cfg.test.force_reconstruction,
+            profile=cfg.solver.profile,
+            max_step_v=cfg.solver.max_step_v,
+            ramp_periods=cfg.solver.ramp_periods,
+            max_settle_windows=cfg.solver.max_settle_windows,
+            accuracy=cfg.test.accuracy,
+            rotation_length=cfg.test.rotation_length,
+            fd_step_v=cfg.solver.fd_step_v,
+        )
+
+
+@dataclass
+class Evaluation:
+    """One settled measurement at voltages ``V`` (packed)."""
+
+    V: np.ndarray
+    meas: InterfaceMeasurement
+    U_N: np.ndarray
+    R: np.ndarray  # complex displacement-form residual (2, n_orders)
+    norm: float
+    vector: np.ndarray  # what Broyden works on (chosen form, packed, weighted)
+    Y: np.ndarray  # packed [U_P; F_P] (weighted) — the rig's output
+    noise: float  # standard deviation of the residual norm from the measured variances
+    periods: float  # forcing periods the rig ran for this evaluation (ramp + settling)
+    windows: int
+    settled: bool
+    overrange: tuple = ()  # channels that reached the ADC full scale (clipped) in the last window
+    clipped: bool = False  # the demand was scaled down to the rig's voltage limit
+
+
+@dataclass
+class Carry:
+    """What one point hands to the next: the Jacobian estimate and previous solutions."""
+
+    H: np.ndarray | None = None  # published: inverse residual Jacobian
+    G: np.ndarray | None = None  # hbtest: rig Jacobian d[U_P; F_P]/dV (weighted, packed)
+    solutions: list = field(default_factory=list)  # (frequency_hz, V packed, Y packed)
+    start_V: np.ndarray | None = None  # where to start when there is no solution yet (resume)
+    r_target: float | None = None  # hbtest: residual level the last point needed [m]
+
+
+@dataclass
+class PointOutcome:
+    """How a point ended. ``final`` is the last evaluation (None when the rig tripped before
+    any); ``reason`` one of :data:`STOP_REASONS`; ``message`` says it for a person."""
+
+    frequency_hz: float
+    final: Evaluation | None
+    converged: bool
+    iterations: int
+    rig_periods: float
+    history: list  # of Evaluation, one per rig evaluation (line-search/FD trials included)
+    message: str
+    reason: str = "converged"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Interface coefficients without noise information (for predictions)."""
+
+    displacement: np.ndarray
+    force: np.ndarray
+
+    @property
+    def displacement_variance(self):
+        return np.zeros(self.displacement.shape)
+
+    @property
+    def force_variance(self):
+        return np.zeros(self.force.shape)
+
+
+class PointLoop:
+    """Runs frequency points on a rig with the solver profile named in the settings
+    (:data:`hbtest.point.profiles.PROFILES`)."""
+
+    def __init__(self, rig, ns, force_vector, settings: PointSettings, progress=None):
+        from .profiles import get_profile
+
+        self.rig = rig
+        self.ns = ns
+        self.force_vector = force_vector
+        self.s = settings
+        self.profile = get_profile(settings.profile)
+        self.orders = np.asarray(settings.orders, dtype=int)
+        desc = rig.describe()
+        self.layout = desc.sensors
+        self.n_act = len(desc.actuators)
+        self.voltage_limit = desc.voltage_limit_v
+        self.identity = desc.identity
+        self.input_range = desc.input_range_v
+        self.p = harmonics.packed_size(self.orders)
+        self.progress = progress
+        self.window = self.profile.initial_window(settings)
+        self._scaleY = None
+
+    # -- packing helpers -------------------------------------------------------------------
+    def weights(self) -> np.ndarray:
+        """Row weights of packed interface displacement vectors (u: 1, theta: l)."""
+        return np.repeat([1.0, self.s.rotation_length], self.p)
+
+    def pack2(self, X: np.ndarray) -> np.ndarray:
+        return harmonics.pack(X, self.orders).reshape(-1)
+
+    def norm(self, R: np.ndarray) -> float:
+        return float(np.linalg.norm(self.weights() * self.pack2(R)))
+
+    def unpack_voltage(self, V: np.ndarray) -> np.ndarray:
+        return harmonics.unpack(V.reshape(self.n_act, self.p), self.orders)
+
+    def output_scale(self, num: NumericalSide) -> np.ndarray:
+        """Weights of the packed rig output [U_P; F_P]: displacement weights for U, and for F
+        the inverse of the largest ``|D_N|`` entry at the first frequency the loop ran (fixed
+        for the whole sweep, so the carried rig Jacobian keeps its meaning)."""
+        if self._scaleY is None:
+            scale_F = 1.0 / np.abs(num.D).max()
+            self._scaleY = np.concatenate([self.weights(), np.repeat([scale_F, scale_F / self.s.rotation_length], self.p)])
+        return self._scaleY
+
+    def displacement_amplitude(self, e: Evaluation) -> float:
+        """Weighted norm of the measured interface displacement [m]."""
+        return float(np.linalg.norm(self.weights() * self.pack2(e.meas.displacement)))
+
+    # -- measurement -----------------------------------------------------------------------
+    def residual(self, num: NumericalSide, meas):
+        """(U_N, R, Broyden vector, residual noise std [m]) of a measurement."""
+        U_N = num.numerical_displacement(meas.force)
+        R = meas.displacement - U_N
+        if self.s.residual_form == "force":
+            RF = np.einsum("kij,jk->ik", num.D, meas.displacement) + meas.force - num.F_e
+            vec = self.pack2(RF) * np.repeat([1.0, 1.0 / self.s.rotation_length], self.p) / np.abs(num.D).max()
+        else:
+            vec = self.weights() * self.pack2(R)
+        # noise of the displacement residual: var U + |D_N^-1|^2 var F (per DOF, per order)
+        Dinv = np.linalg.inv(num.D)
+        var_R = meas.displacement_variance + np.einsum("kij,jk->ik", np.abs(Dinv) ** 2, meas.force_variance)
+        var_R = np.nan_to_num(var_R, nan=0.0)
+        noise = float(np.sqrt(np.sum(var_R * np.array([[1.0], [self.s.rotation_length**2]]))))
+        return U_N, R, vec, noise
+
+    def _measure(self, n_periods: int):
+        """One window: (InterfaceMeasurement, channels over range)."""
+        reject = self.profile.reject_mains
+        if hasattr(self.rig, "acquire_coefficients"):
+            nuisance = self.layout.mains_frequencies if reject else ()
+            rec = self.rig.acquire_coefficients(int(n_periods), self.orders, nuisance_hz=nuisance)
+            return measure_interface_from_coefficients(rec, self.layout, self.orders, self.s.force_method), tuple(rec.overrange)
+        acq = self.rig.acquire(int(n_periods))
+        meas = measure_interface(acq, self.layout, self.orders, self.s.force_method, reject_mains=reject)
+        over = ()
+        if self.input_range:
+            limit = OVERRANGE_FRACTION * self.input_range
+            over = tuple(n for n, x in acq.data.items() if np.max(np.abs(x)) >= limit)
+        return meas, over
+
+    def evaluate(self, num: NumericalSide, V: np.ndarray, transient_tol: float | None = None) -> Evaluation:
+        """Apply ``V`` (clipped to the voltage limit), settle, measure. Rig time: ramp +
+        windows until the profile judges the residual settled (default tolerance: the test's
+        transient tolerance); the profile also sizes the windows."""
+        transient_tol = self.s.transient_tolerance if transient_tol is None else transient_tol
+        V, clipped = solver.clip_voltage(V, self.n_act, self.voltage_limit, self.orders)
+        t0 = self.rig.elapsed_s
+        f = num.frequency_hz
+        self.rig.set_demand(f, self.unpack_voltage(V), self.orders, ramp_periods=self.s.ramp_periods)
+        prof = self.profile
+        prev_R, prev_d = None, None
+        settled = False
+        scaleY = self.output_scale(num)
+        windows = 0
+        for windows in range(1, self.s.max_settle_windows + 1):
+            meas, over = self._measure(self.window)
+            U_N, R, vec, noise = self.residual(num, meas)
+            self.window = prof.next_window(self.window, noise, transient_tol, self.s)
+            if prev_R is not None:
+                d = self.norm(R - prev_R)
+                if prof.settled(d, prev_d, noise, transient_tol):
+                    settled = True
+                    break
+                prev_d = d
+            prev_R = R
+        Y = scaleY * np.concatenate([self.pack2(meas.displacement), self.pack2(meas.force)])
+        periods = (self.rig.elapsed_s - t0) * f
+        return Evaluation(V.copy(), meas, U_N, R, self.norm(R), vec, Y, noise, periods, windows, settled, over, clipped)
+
+    # -- Jacobians -------------------------------------------------------------------------
+    def residual_jacobian_from_G(self, num: NumericalSide, G: np.ndarray) -> np.ndarray:
+        """``dR/dV = [I, D_N^-1] G`` in the weighted packed coordinates of the chosen form."""
+        n = 2 * self.p
+        scaleY = self.output_scale(num)
+        GU = G[:n] / scaleY[:n, None]
+        GF = G[n:] / scaleY[n:, None]
+        if self.s.residual_form == "force":
+            Dr = harmonics.real_operator(num.D, self.orders)
+            w = np.repeat([1.0, 1.0 / self.s.rotation_length], self.p) / np.abs(num.D).max()
+            return w[:, None] * (Dr @ GU + GF)
+        Dinv = harmonics.real_operator(np.linalg.inv(num.D), self.orders)
+        return self.weights()[:, None] * (GU + Dinv @ GF)
+
+    def finite_differences(self, num, base: Evaluation, history: list, transient_tol: float | None = None):
+        """Perturb each packed voltage by ``fd_step_v``: returns (J_residual, G) columns."""
+        m = base.V.size
+        JR = np.empty((base.vector.size, m))
+        G = np.empty((base.Y.size, m))
+        for j, dv in enumerate(solver.finite_difference_columns(m, self.s.fd_step_v).T):
+            e = self.evaluate(num, base.V + dv, transient_tol)
+            history.append(e)
+            step = e.V - base.V
+            jj = int(np.argmax(np.abs(step)))
+            JR[:, j] = (e.vector - base.vector) / step[jj]
+            G[:, j] = (e.Y - base.Y) / step[jj]
+        return JR, G
+
+    def clip(self, V: np.ndarray) -> np.ndarray:
+        return solver.clip_voltage(V, self.n_act, self.voltage_limit, self.orders)[0]
+
+    def start_voltage(self, carry: Carry) -> np.ndarray:
+        if carry.solutions:
+            return carry.solutions[-1][1].copy()
+        if carry.start_V is not None:
+            return carry.start_V.copy()
+        return np.zeros(self.n_act * self.p)
+
+    # -- the point -------------------------------------------------------------------------
+    def run(self, frequency_hz: float, carry: Carry) -> PointOutcome:
+        """Run one point with the profile. A trip of the rig's safety layer ends the point
+        (reason ``trip``) after the rig was ramped to its safe state; the trip stays latched
+        on the rig and the caller decides whether the sweep goes on."""
+        num = NumericalSide.build(self.ns, self.force_vector, frequency_hz, self.orders)
+        t0 = self.rig.elapsed_s
+        history: list[Evaluation] = []
+        try:
+            out = self.profile.run(self, num, carry, history)
+        except RigTrip as e:
+            self.rig.safe_state()
+            final = history[-1] if history else None
+            out = PointOutcome(frequency_hz, final, False, len(history), 0.0, history, f"rig tripped: {e}", "trip")
+        out.rig_periods = (self.rig.elapsed_s - t0) * frequency_hz
+        if out.converged:
+            carry.solutions.append((frequency_hz, out.final.V.copy(), out.final.Y.copy()))
+        return out
+
+    def outcome(self, num: NumericalSide, e: Evaluation, converged: bool, iterations: int, history: list, reason: str) -> PointOutcome:
+        """The outcome of a point that ended at evaluation ``e`` for ``reason``."""
+        if reason == "overrange":
+            message = f"sensor over range (clipped): {', '.join(e.overrange)} — lower the excitation or extend the channel range"
+        elif reason == "converged":
+            message = "converged"
+        elif reason == "iteration_limit" and e.clipped:
+            reason = "voltage_limit"
+            message = f"voltage limit of {self.voltage_limit:g} V reached: the solution needs a larger demand than the rig allows"
+        elif reason == "iteration_limit":
+            message = f"iteration limit ({self.s.max_iterations}) reached"
+        elif reason == "stalled":
+            message = "no progress: the residual stopped decreasing"
+        else:
+            message = reason
+        return PointOutcome(num.frequency_hz, e, converged, iterations, 0.0, history, message, reason)
