@@ -52,7 +52,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import UserError
+from ..errors import UserError
+from .provenance import git_state, jsonable as _jsonable, package_versions, utc_now as _utc_now
 
 __all__ = [
     "PointRecord",
@@ -64,7 +65,7 @@ __all__ = [
     "tolerance_from_attrs",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: stop_reason per point
 STATUSES = ("running", "completed", "interrupted", "failed")
 DOFS = ("u", "theta")
 _MARKER = "run"
@@ -94,7 +95,8 @@ class PointRecord:
     history_residual_norm: np.ndarray  # (n_iter,)
     history_periods: np.ndarray  # (n_iter,) forcing periods spent on each iteration
     reference_interface_displacement: np.ndarray | None = None  # (2, n_orders) complex
-    message: str = ""  # why it stopped
+    message: str = ""  # why it stopped (for a person)
+    stop_reason: str = ""  # why it stopped (one of hbtest.point.STOP_REASONS)
     # fraction of the power of the measured PS interface displacement in harmonics *not*
     # solved for (from the residual of the harmonic fit), per DOF; None when not measured
     excluded_energy_fraction: np.ndarray | None = None  # (2,) real
@@ -118,7 +120,8 @@ _SCHEMA: dict[str, tuple[tuple[str, ...], str, str, str]] = {
     "iterations": ((), "i", "1", "solver iterations used (-1: slot not written)"),
     "residual_norm": ((), "f", "m", "norm of the final residual (displacement form unless the sweep says otherwise)"),
     "rig_periods": ((), "f", "1", "forcing periods the rig ran for this point, settling included"),
-    "message": ((), "s", "", "why the point stopped"),
+    "message": ((), "s", "", "why the point stopped, for a person"),
+    "stop_reason": ((), "s", "", "why the point stopped: converged | iteration_limit | voltage_limit | overrange | trip | stalled"),
     "written_utc": ((), "f", "s", "POSIX time (UTC) at which the point was written"),
     "history_voltage": (("iteration", "actuator", "harmonic"), "c", "V", "actuator voltage per iteration"),
     "history_residual": (("iteration", "dof", "harmonic"), "c", "m | rad", "residual R = U_P - U_N per iteration"),
@@ -135,59 +138,6 @@ _DOF_UNITS = {
 }
 _DTYPE = {"c": np.complex128, "f": np.float64, "i": np.int32, "b": np.bool_, "s": object}
 _FILL = {"c": _CNAN, "f": np.nan, "i": -1, "b": False, "s": ""}
-
-
-def _utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _jsonable(value):
-    """Attributes must survive JSON (zarr) — convert paths, tuples, numpy scalars."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return _jsonable(value.tolist())
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return str(value)
-
-
-def package_versions() -> dict:
-    """Python and package versions recorded in every store."""
-    from importlib import metadata
-
-    out = {"python": platform.python_version()}
-    for name in ("hbtest", "numpy", "scipy", "xarray", "zarr", "numcodecs", "matplotlib", "h5netcdf", "h5py", "pyvisa", "pyuff"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            if name == "hbtest":
-                from . import __version__
-
-                out[name] = __version__
-    return out
-
-
-def git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the git checkout holding this package; (None, None) outside one or
-    when git is unavailable."""
-    here = Path(__file__).resolve().parent
-    try:
-        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
-        if r.returncode != 0:
-            return None, None
-        commit = r.stdout.strip() or None
-        d = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True, timeout=10)
-        dirty = bool(d.stdout.strip()) if d.returncode == 0 else None
-        return commit, dirty
-    except (OSError, subprocess.SubprocessError):
-        return None, None
 
 
 def _legs(f: np.ndarray) -> np.ndarray:
@@ -230,7 +180,7 @@ def tolerance_from_attrs(attrs: dict) -> tuple[float | None, str]:
     if text:
         import tomllib
 
-        from .config import apply_overrides
+        from ..config import apply_overrides
 
         try:
             doc = tomllib.loads(text)
@@ -249,6 +199,35 @@ def tolerance_from_attrs(attrs: dict) -> tuple[float | None, str]:
     return (None if tol is None else float(tol)), str(form)
 
 
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically exchange two paths (Linux ``renameat2(RENAME_EXCHANGE)``); False where the
+    platform or file system cannot."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    AT_FDCWD, RENAME_EXCHANGE = -100, 2
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return fn(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0
+
+
+def _swap_in(new: Path, path: Path) -> None:
+    """Put the complete store ``new`` at ``path`` and delete what was there. With an atomic
+    exchange there is no moment without a store at ``path``; elsewhere the old store is first
+    renamed aside (a crash between the two renames leaves it at ``.NAME.old-PID``)."""
+    if _exchange(new, path):
+        shutil.rmtree(new)
+        return
+    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    os.rename(path, old)
+    os.rename(new, path)
+    shutil.rmtree(old)
+
+
 class RunStore:
     """A run store on disk (see the module docstring for the schema).
 
@@ -265,6 +244,7 @@ class RunStore:
         self.actuators = tuple(str(a) for a in g["actuator"][...])
         self.max_iterations = int(g["iteration"].shape[0]) - 1
         self.has_reference = "reference_interface_displacement" in g.array_keys()
+        self.schema_version = int(g.attrs.get("schema_version", 1))
 
     @property
     def n_points(self) -> int:
@@ -309,21 +289,28 @@ class RunStore:
             raise ValueError("max_iterations must be a non-negative integer")
         max_iterations = int(max_iterations)
 
+        if not str(path) or str(path) in (".", ".."):
+            raise UserError(f"{str(path)!r}: not a usable store path (give a directory name such as runs/NAME.zarr)")
+        replace = False
         if path.exists() or path.is_symlink():
             if not overwrite:
                 raise UserError(f"{path}: a run store already exists there (use --store PATH, `hbtest resume` it, or --overwrite)")
-            if _is_store(path):
-                shutil.rmtree(path)
-            elif path.is_dir() and not any(path.iterdir()):
-                path.rmdir()
-            else:
+            if not (_is_store(path) or (path.is_dir() and not path.is_symlink() and not any(path.iterdir()))):
                 raise UserError(f"{path}: exists and is not an hbtest run store; refusing to overwrite it")
+            replace = True
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise UserError(f"{path.parent}: cannot create the store's directory ({e.strerror or e})") from None
+        if not path.parent.is_dir():
+            raise UserError(f"{path.parent}: is not a directory; cannot create the run store {path.name}")
         if not os.access(path.parent, os.W_OK):
             raise UserError(f"{path.parent}: directory is not writable; cannot create the run store {path.name}")
+        # with --overwrite the new store is written beside the old one and swapped in only
+        # once it is complete: an interruption leaves the old store or the new one
+        target = path.with_name(f".{path.name}.new-{os.getpid()}") if replace else path
+        if replace and target.exists():
+            shutil.rmtree(target)
 
         n, nh, na, ni = f.size, h.size, len(act), max_iterations + 1
         sizes = {"dof": 2, "harmonic": nh, "actuator": na, "iteration": ni}
@@ -380,9 +367,12 @@ class RunStore:
             attrs=root_attrs,
         )
         try:
-            ds.to_zarr(str(path), mode="w-", zarr_format=3, consolidated=False, encoding=encoding)
-        except PermissionError as e:
+            ds.to_zarr(str(target), mode="w-", zarr_format=3, consolidated=False, encoding=encoding)
+        except OSError as e:
+            shutil.rmtree(target, ignore_errors=True)
             raise UserError(f"{path}: cannot write the run store ({e.strerror or e})") from None
+        if replace:
+            _swap_in(target, path)
         return cls(path)
 
     @classmethod
@@ -397,6 +387,23 @@ class RunStore:
             return cls(path)
         except Exception as e:  # damaged layout
             raise UserError(f"{path}: damaged hbtest run store ({e})") from None
+
+    def check_resumable(self) -> None:
+        """UserError (naming the store) unless this hbtest can continue writing the store:
+        same store schema, same hbtest release line, a writable directory."""
+        from .. import __version__
+
+        if self.schema_version != SCHEMA_VERSION:
+            raise UserError(
+                f"{self.path}: written by an older hbtest (store schema {self.schema_version}, this hbtest writes {SCHEMA_VERSION});"
+                " it can be plotted and exported but not resumed — rerun the sweep into a new store"
+            )
+        written = str(self.attrs.get("versions", {}).get("hbtest", ""))
+        if written and written.split(".")[:2] != __version__.split(".")[:2]:
+            raise UserError(f"{self.path}: written by hbtest {written}, this is hbtest {__version__}; resume it with hbtest {written}")
+        for p in (self.path, self.path / "zarr.json", self.path / "done"):
+            if p.exists() and not os.access(p, os.W_OK):
+                raise UserError(f"{self.path}: the store is read-only ({p.name} is not writable); copy it somewhere writable to resume it")
 
     def check_compatible(self, *, frequencies_hz=None, harmonics=None, actuators=None, max_iterations=None) -> None:
         """UserError (naming the store) unless the store was allocated for this frequency
@@ -472,6 +479,7 @@ class RunStore:
             "residual_norm": np.float64(rec.residual_norm),
             "rig_periods": np.float64(rec.rig_periods),
             "message": np.array(str(rec.message or ""), dtype=object),
+            "stop_reason": np.array(str(rec.stop_reason or ""), dtype=object),
             "written_utc": np.float64(_dt.datetime.now(_dt.timezone.utc).timestamp()),
             "history_voltage": hv,
             "history_residual": hr,
@@ -559,6 +567,7 @@ class RunStore:
             history_periods=ds["history_periods"].values[:n],
             reference_interface_displacement=ref,
             message=str(ds["message"].values),
+            stop_reason=str(ds["stop_reason"].values) if "stop_reason" in ds else "",
             excluded_energy_fraction=None if np.all(np.isnan(ex)) else ex,
         )
 

@@ -1,0 +1,12 @@
+"""The run store (zarr v3, one slot per point, one writer): see :mod:`hbtest.store.run` for the
+schema, :mod:`hbtest.store.lock` for the one-writer lock, :mod:`hbtest.store.provenance` for
+what every store records about how it was made."""
+
+from .lock import StoreBusy, StoreLock, lock_path
+from .provenance import git_state, package_versions
+from .run import DOFS, SCHEMA_VERSION, STATUSES, PointRecord, RunStore, open_run, tolerance_from_attrs
+
+__all__ = [
+    "PointRecord", "RunStore", "open_run", "STATUSES", "DOFS", "SCHEMA_VERSION", "tolerance_from_attrs",
+    "StoreLock", "StoreBusy", "lock_path", "package_versions", "git_state",
+]
