@@ -1,17 +1,20 @@
 """The ``hbtest`` command line. Each subcommand lives in ``hbtest/commands/<name>.py`` and
 registers itself through ``register(subparsers)``. A :class:`~hbtest.errors.UserError` becomes
-one line on stderr and exit code 2; Ctrl+C outside a sweep exits 130."""
+one line on stderr and its exit code (2 for a user mistake; 3 a run stopped by the rig; 4 a
+store write failure); Ctrl+C exits 130, SIGTERM 143. Numerical warnings (overflow, invalid
+value) raised while a command runs are collected and summarised in one line, never shown raw."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+import warnings
 
 from . import __version__
-from .errors import UserError
+from .errors import Terminated, UserError
 
-COMMANDS = ("design", "sweep", "resume", "plot", "export", "stability", "classical", "compare")
+COMMANDS = ("design", "sweep", "resume", "plot", "export", "stability", "classical", "compare", "serve", "rig")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,14 +44,39 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    try:
-        return int(args.func(args) or 0)
-    except UserError as e:
-        print(f"hbtest: error: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        print("hbtest: interrupted", file=sys.stderr)
-        return 130
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        try:
+            return int(args.func(args) or 0)
+        except UserError as e:
+            print(f"hbtest: error: {_one_line(e)}", file=sys.stderr)
+            return e.exit_code
+        except Terminated:
+            print("hbtest: terminated (SIGTERM)", file=sys.stderr)
+            return 143
+        except KeyboardInterrupt:
+            print("hbtest: interrupted", file=sys.stderr)
+            return 130
+        finally:
+            _report_warnings(caught)
+
+
+def _one_line(e: Exception) -> str:
+    return " ".join(str(e).split())
+
+
+def _report_warnings(caught) -> None:
+    """One line for the numerical warnings a command raised (where, how many): a NaN or an
+    overflow in an analysis is worth knowing about, but not as a raw numpy message."""
+    numeric = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    for w in caught:
+        if not issubclass(w.category, RuntimeWarning):
+            print(f"hbtest: warning: {w.message}", file=sys.stderr)
+    if numeric:
+        first = numeric[0]
+        where = f"{first.filename.rsplit('/', 1)[-1]}:{first.lineno}"
+        print(f"hbtest: note: {len(numeric)} numerical warning(s) during this command, first: '{first.message}' at {where};"
+              " values computed from NaN/overflow are shown as nan", file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover

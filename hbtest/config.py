@@ -338,6 +338,8 @@ class SweepSpec:
     points: int
     direction: str
     harmonics: tuple[int, ...]
+    on_trip: str = "stop"  # a trip of the rig's safety layer: stop the sweep, or go on
+    on_overrange: str = "continue"  # a clipped sensor channel: go on to the next point, or stop
 
     @property
     def frequencies_hz(self) -> np.ndarray:
@@ -431,6 +433,8 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
         points=sw.integer("points", min=2, max=100000),
         direction=sw.string("direction", "up", choices=("up", "down", "up-down")),
         harmonics=tuple(sorted(harmonics)),
+        on_trip=sw.string("on_trip", "stop", choices=("stop", "continue")),
+        on_overrange=sw.string("on_overrange", "continue", choices=("continue", "stop")),
     )
     sw.finish()
 
@@ -464,7 +468,7 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
 
     so = top.sub("solver", required=False)
     solver = SolverSpec(
-        profile=so.string("profile", "hbtest", choices=("hbtest", "published")),
+        profile=so.string("profile", "hbtest", choices=tuple(_profile_names())),
         max_step_v=so.number("max_step_v", 0.5, positive=True),
         ramp_periods=so.number("ramp_periods", 2.0, nonnegative=True, max=1000),
         max_settle_windows=so.integer("max_settle_windows", 20, min=2, max=1000),
@@ -484,6 +488,12 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
         ds.finish()
     top.finish()
     return SweepConfig(src, name, rig_path, tuple(rig_overrides), numerical, excitation, sweep, test, solver, output, design_ps)
+
+
+def _profile_names():
+    from .point.profiles import PROFILES  # the registry of solver profiles (by name)
+
+    return PROFILES
 
 
 # ---------------------------------------------------------------------------------------

@@ -28,3 +28,21 @@ class LimitExceeded(UserError):
 class RigTrip(LimitExceeded):
     """The rig's safety layer tripped (a limit was reached on a measured channel or an
     output): outputs were zeroed and the trip stays latched until cleared."""
+
+
+class RigFault(UserError):
+    """A run was stopped by the rig (trip, limit, instrument fault, lost connection); the store
+    was marked interrupted and can be resumed once the rig is back."""
+
+    exit_code = 3
+
+
+class StoreWriteError(UserError):
+    """The run store could not be written (disk full, permissions); the store was marked
+    interrupted where possible."""
+
+    exit_code = 4
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: stop now, like a second Ctrl-C (exit code 143)."""

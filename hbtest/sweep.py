@@ -1,17 +1,34 @@
 """A frequency sweep: points in order, continuation between them, one store slot per point,
-progress, safe interruption and resume (SPEC §2).
+progress events, safe interruption and resume (SPEC §2).
 
-Ctrl+C once: finish the current point, write it, ramp the rig to zero, mark the store
-``interrupted``. Ctrl+C twice: abort the current point at once (rig to safe state). A killed
-run (SIGKILL) leaves every finished point intact; ``hbtest resume STORE`` redoes only the
-points whose ``done`` flag is not set, from the sweep and rig texts kept in the store.
+Safety and data (what a run guarantees):
+
+- **One writer.** A run holds the store's lock (:class:`hbtest.store.StoreLock`) from before
+  the rig is opened until the store is final; a second writer gets :class:`StoreBusy`.
+- **Nothing lost.** ``--overwrite`` writes the new store beside the old and swaps it in only
+  once complete; the rig is opened before the store is created, so an unreachable rig leaves
+  any existing store untouched. Every finished point is written before the next starts.
+- **Signals.** Ctrl+C once: finish the current point, write it, ramp the rig to zero, mark
+  the store ``interrupted``. Ctrl+C twice, or SIGTERM: abort the current point at once (rig
+  to safe state), mark ``interrupted``. A killed run (SIGKILL) leaves every finished point
+  intact; ``hbtest resume STORE`` redoes only the points whose ``done`` flag is not set, from
+  the sweep and rig texts and the seed kept in the store.
+- **Faults.** An instrument fault or lost connection mid-run ramps the rig down where it can
+  still be reached (a box's watchdog does it otherwise), marks the store ``interrupted`` with
+  the reason, and raises :class:`~hbtest.errors.RigFault`; a store write failure (disk full)
+  marks it ``interrupted`` where possible and raises :class:`~hbtest.errors.StoreWriteError`.
+  A trip of the rig's safety layer or an over-range ends the point (recorded with its
+  ``stop_reason``); the sweep goes on or stops as ``sweep.on_trip`` / ``sweep.on_overrange``
+  say.
+- **Exit status** (:func:`exit_code`): 0 every point converged; 1 completed with
+  non-converged points; 3 stopped by the rig; 4 store write failure; 130 interrupted.
 """
 
 from __future__ import annotations
 
 import signal
-import sys
 import time
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,38 +36,59 @@ import numpy as np
 
 from . import harmonics
 from .config import SweepConfig, load_rig, load_sweep
-from .errors import UserError
+from .errors import InstrumentError, LimitExceeded, RigFault, StoreWriteError, Terminated, UserError
+from .events import LockTakenOver, PlotWritten, PointFinished, RunFinished, RunStarted, StopRequested
 from .point import Carry, PointLoop, PointOutcome, PointSettings
 from .rig import open_rig
-from .store import PointRecord, RunStore
+from .store import PointRecord, RunStore, StoreLock
 
-__all__ = ["run", "resume", "point_record"]
+__all__ = ["run", "resume", "point_record", "exit_code", "check_run", "EXIT_CODES", "MAX_RECORD_BYTES", "MAX_POINTS"]
+
+#: exit status of a sweep command by outcome (documented in the README)
+EXIT_CODES = {"converged": 0, "not_converged": 1, "user_error": 2, "rig": 3, "store": 4, "signal": 130}
+
+#: the largest single acquisition a run may ask of the rig (all channels, float64) [bytes]
+MAX_RECORD_BYTES = 1 << 30
+#: the most frequency points one store holds (one chunk file per variable and point)
+MAX_POINTS = 20000
+#: harmonics must stay below sample_rate / this factor (anti-alias filters; SPEC §3)
+NYQUIST_MARGIN = 2.56
 
 
-class _Interrupt:
-    """SIGINT policy: the first request stops after the current point; the second raises."""
+class _Stop:
+    """Signal policy: the first SIGINT stops after the current point; a second SIGINT raises
+    KeyboardInterrupt; SIGTERM raises :class:`Terminated` at once."""
 
-    def __init__(self):
+    def __init__(self, progress):
         self.requested = False
+        self.progress = progress
 
-    def handler(self, signum, frame):
+    def sigint(self, signum, frame):
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        print("\nhbtest: stopping after this point (Ctrl+C again to abort now)", file=sys.stderr, flush=True)
+        if self.progress:
+            self.progress(StopRequested("SIGINT", immediate=False))
+
+    def sigterm(self, signum, frame):
+        if self.progress:
+            self.progress(StopRequested("SIGTERM", immediate=True))
+        raise Terminated
 
 
 @contextmanager
-def _sigint(policy: _Interrupt):
+def _signals(policy: _Stop):
     try:
-        old = signal.signal(signal.SIGINT, policy.handler)
+        old_int = signal.signal(signal.SIGINT, policy.sigint)
+        old_term = signal.signal(signal.SIGTERM, policy.sigterm)
     except ValueError:  # not the main thread: leave signals alone
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, old)
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
 
 
 def history_capacity(max_iterations: int, n_actuators: int, orders) -> int:
@@ -62,40 +100,77 @@ def history_capacity(max_iterations: int, n_actuators: int, orders) -> int:
     return (max_iterations + 1) * (1 + n_v) + 1
 
 
+def check_run(cfg: SweepConfig, rig_cfg) -> None:
+    """Refuse, before anything runs, a sweep the rig cannot do or the machine cannot hold:
+    harmonics at or near the rig's Nyquist frequency, acquisitions too large for memory,
+    more points than a store holds. Each refusal names the file and key and says why."""
+    from .errors import ConfigError
+
+    src = cfg.source.path
+    fs = rig_cfg.sample_rate_hz
+    kmax = max(cfg.sweep.harmonics)
+    top = kmax * cfg.sweep.stop_hz
+    if top >= fs / NYQUIST_MARGIN:
+        raise ConfigError(
+            src, "sweep.stop_hz",
+            f"harmonic {kmax} of {cfg.sweep.stop_hz:g} Hz is {top:g} Hz, at or above the usable limit {fs / NYQUIST_MARGIN:g} Hz"
+            f" (sample rate {fs:g} Hz / {NYQUIST_MARGIN}) of rig {rig_cfg.source.path}",
+        )
+    n_ch = max(1, len(rig_cfg.sensors.channels))
+    window = 4 * cfg.test.averaging_periods  # the longest window a profile asks for
+    record = window * fs / cfg.sweep.start_hz * n_ch * 8
+    if record > MAX_RECORD_BYTES:
+        raise ConfigError(
+            src, "sweep.start_hz",
+            f"{cfg.sweep.start_hz:g} Hz is too low for this rig: one window of up to {window} periods at {fs:g} samples/s"
+            f" is {record / 2**30:.1f} GiB of samples (limit {MAX_RECORD_BYTES / 2**30:g} GiB); raise start_hz or lower test.averaging_periods",
+        )
+    if cfg.sweep.points > MAX_POINTS:
+        raise ConfigError(
+            src, "sweep.points",
+            f"{cfg.sweep.points} points exceed the {MAX_POINTS} one store holds (each point is one chunk file per variable); split the band into several sweeps",
+        )
+
+
 def point_record(out: PointOutcome, orders, n_act: int, external_amplitude: float, reference=None) -> PointRecord:
-    """Everything measured at a point, in the store's shapes."""
+    """Everything measured at a point, in the store's shapes (NaN where a point ended before
+    any measurement, e.g. a trip on its first demand)."""
     orders = np.asarray(orders)
-    e = out.final
     p = harmonics.packed_size(orders)
+    nh = orders.size
     ext = np.where(orders == 1, external_amplitude, 0.0).astype(complex)
     H = out.history
+    e = out.final
+    cnan = np.full((2, nh), complex(np.nan, np.nan))
+    fnan = np.full((2, nh), np.nan)
 
     def volt(V):
         return harmonics.unpack(V.reshape(n_act, p), orders)
 
     return PointRecord(
         frequency_hz=out.frequency_hz,
-        interface_displacement=e.meas.displacement,
-        interface_force=e.meas.force,
-        numerical_displacement=e.U_N,
+        interface_displacement=e.meas.displacement if e else cnan,
+        interface_force=e.meas.force if e else cnan,
+        numerical_displacement=e.U_N if e else cnan,
         external_force=ext,
-        voltage=volt(e.V),
-        displacement_variance=e.meas.displacement_variance,
-        force_variance=e.meas.force_variance,
+        voltage=volt(e.V) if e else np.full((n_act, nh), complex(np.nan, np.nan)),
+        displacement_variance=e.meas.displacement_variance if e else fnan,
+        force_variance=e.meas.force_variance if e else fnan,
         converged=bool(out.converged),
         iterations=int(out.iterations),
-        residual_norm=float(e.norm),
+        residual_norm=float(e.norm) if e else float("nan"),
         rig_periods=float(out.rig_periods),
-        history_voltage=np.stack([volt(h.V) for h in H]),
-        history_residual=np.stack([h.R for h in H]),
+        history_voltage=np.stack([volt(h.V) for h in H]) if H else np.zeros((0, n_act, nh), complex),
+        history_residual=np.stack([h.R for h in H]) if H else np.zeros((0, 2, nh), complex),
         history_residual_norm=np.array([h.norm for h in H]),
         history_periods=np.array([h.periods for h in H]),
         reference_interface_displacement=reference,
         message=out.message,
+        stop_reason=out.reason,
     )
 
 
-def _store_attrs(cfg: SweepConfig, rig_cfg, overrides) -> dict:
+def _store_attrs(cfg: SweepConfig, rig_cfg, overrides, seed) -> dict:
     return dict(
         sweep_text=cfg.source.text,
         sweep_sha256=cfg.source.sha256,
@@ -108,6 +183,7 @@ def _store_attrs(cfg: SweepConfig, rig_cfg, overrides) -> dict:
         overrides=list(overrides),
         profile=cfg.solver.profile,
         tolerance_m=cfg.test.tolerance,
+        seed=seed,
     )
 
 
@@ -124,92 +200,195 @@ def _seed_carry(store: RunStore, orders, upto: int) -> Carry:
     return Carry()
 
 
-def _execute(cfg: SweepConfig, rig_cfg, store: RunStore, progress, seed=None) -> str:
+def _rig_seed(rig) -> int | None:
+    seed = rig.describe().details.get("seed")
+    return None if seed is None else int(seed)
+
+
+def _close(rig) -> str:
+    """Close the rig (safe state first); a rig that cannot be reached any more is reported,
+    not raised (its own watchdog ramps it down)."""
+    try:
+        rig.close()
+        return ""
+    except Exception as e:  # noqa: BLE001 - the run is ending either way; say what happened
+        return f"; the rig could not be ramped down from here ({e}) — its watchdog must do it"
+
+
+def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
+    """Run the unfinished points of ``store`` on the open ``rig``. Returns the final status;
+    raises RigFault / StoreWriteError / KeyboardInterrupt after marking the store."""
     freqs = cfg.sweep.frequencies_hz
     orders = np.asarray(cfg.sweep.harmonics)
     settings = PointSettings.from_config(cfg)
     ns = cfg.numerical.substructure()
     F = cfg.excitation.force_vector(ns)
-    policy = _Interrupt()
-    status = "failed"
+    say = progress or (lambda *_: None)
     done = store.done()
     todo = [i for i in range(freqs.size) if not done[i]]
-    say = progress or (lambda *_: None)
-    if not todo:
-        store.set_status("completed")
-        return "completed"
-    store.set_status("running")
-    with open_rig(rig_cfg, seed=seed) as rig, _sigint(policy):
-        loop = PointLoop(rig, ns, F, settings)
-        n_act = loop.n_act
-        carry = _seed_carry(store, orders, todo[0])
-        reference = getattr(rig, "emulated_interface_response", None)
-        say(f"hbtest: {cfg.name}: {len(todo)} of {freqs.size} points on rig '{rig_cfg.identity}', profile {cfg.solver.profile}, store {store.path}")
-        say(f"{'point':>7} {'f [Hz]':>9} {'iter':>5} {'|R| [mm]':>10} {'rig periods':>12} {'rig s':>7}  status")
-        t_wall = time.monotonic()
-        try:
+    desc = rig.describe()
+    status, cause, reason = "failed", "", ""
+    t_wall = time.monotonic()
+    store.set_status("running", rig_reported_identity=desc.identity, stop_cause="", stop_message="")
+    policy = _Stop(progress)
+    try:
+        with _signals(policy):
+            loop = PointLoop(rig, ns, F, settings)
+            carry = _seed_carry(store, orders, todo[0]) if todo else Carry()
+            reference = getattr(rig, "emulated_interface_response", None)
+            say(RunStarted(cfg.name, str(store.path), desc.identity, cfg.solver.profile, len(todo), freqs.size, store.attrs.get("seed")))
+            status = "completed"
             for n, i in enumerate(todo, 1):
                 out = loop.run(float(freqs[i]), carry)
                 ref = reference(ns, F, float(freqs[i]), orders) if reference is not None else None
-                store.write_point(i, point_record(out, orders, n_act, cfg.excitation.amplitude, ref))
-                say(
-                    f"{n:>3}/{len(todo):<3} {freqs[i]:>9.4f} {out.iterations:>5d} {out.final.norm * 1e3:>10.5f}"
-                    f" {out.rig_periods:>12.1f} {out.rig_periods / freqs[i]:>7.1f}  {'converged' if out.converged else 'NOT converged: ' + out.message}"
-                )
-                if policy.requested:
-                    status = "interrupted"
+                try:
+                    store.write_point(i, point_record(out, orders, loop.n_act, cfg.excitation.amplitude, ref))
+                except OSError as e:
+                    status, cause, reason = "interrupted", "store", f"cannot write point {i} ({freqs[i]:g} Hz) to {store.path}: {e.strerror or e}"
+                    raise StoreWriteError(f"{store.path}: {reason.split(': ', 1)[-1]}; the run stopped, free the space and `hbtest resume {store.path}`") from None
+                say(PointFinished(n, len(todo), i, float(freqs[i]), out.iterations, float(out.final.norm) if out.final else float("nan"),
+                                  float(out.rig_periods), bool(out.converged), out.reason, out.message))
+                stop_on = {"trip": cfg.sweep.on_trip, "overrange": cfg.sweep.on_overrange}.get(out.reason)
+                if stop_on == "stop":
+                    status, cause, reason = "interrupted", "rig", f"point at {freqs[i]:g} Hz: {out.message} (sweep.on_{out.reason} = \"stop\")"
                     break
-            else:
-                status = "completed"
-        except KeyboardInterrupt:
-            status = "interrupted"
-            rig.safe_state()
-            raise
-        finally:
-            store.set_status(status, wall_seconds=round(time.monotonic() - t_wall, 3))
+                if policy.requested:
+                    status, cause, reason = "interrupted", "signal", "stopped by Ctrl+C after a finished point"
+                    break
+    except (InstrumentError, LimitExceeded) as e:
+        status, cause = "interrupted", "rig"
+        reason = f"{e}{_close(rig)}"
+        raise RigFault(f"{reason}; the store {store.path} is resumable once the rig is back: hbtest resume {store.path}") from None
+    except KeyboardInterrupt as e:
+        status, cause = "interrupted", "signal"
+        reason = ("stopped by SIGTERM" if isinstance(e, Terminated) else "stopped by Ctrl+C during a point") + _close(rig)
+        raise
+    finally:
+        try:
+            store.set_status(status, wall_seconds=round(time.monotonic() - t_wall, 3), stop_cause=cause, stop_message=reason)
+        except OSError:
+            pass  # the disk refused even the status; the done flags still tell what is finished
     return status
 
 
-def run(cfg: SweepConfig, store_path=None, progress=print, overwrite: bool = False, seed=None, plot: bool | None = None,
-        overrides=()):
-    """Run a sweep into a new store (default: the sweep file's ``output.store``). Returns the
-    store's dataset. Writes the Bode plot next to the store unless ``plot`` is False.
-    ``overrides``: the ``--set`` items ``cfg`` was loaded with (kept for resume)."""
-    rig_cfg = load_rig(cfg.rig_path, cfg.rig_overrides)
-    path = Path(store_path) if store_path is not None else cfg.output.store
-    store = RunStore.create(
-        path,
-        frequencies_hz=cfg.sweep.frequencies_hz,
-        harmonics=cfg.sweep.harmonics,
-        actuators=rig_cfg.actuators,
-        max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), cfg.sweep.harmonics) - 1,
-        attrs=_store_attrs(cfg, rig_cfg, overrides),
-        overwrite=overwrite,
-    )
-    return _finish(cfg, rig_cfg, store, progress, seed, plot)
+def _summary(store: RunStore, status: str, wall: float) -> RunFinished:
+    ds = store.dataset()
+    done = np.asarray(ds["done"].values, dtype=bool)
+    conv = np.asarray(ds["converged"].values, dtype=bool) & done
+    reasons = Counter(str(r) for r, d in zip(ds["stop_reason"].values, done) if d)
+    a = store.attrs
+    return RunFinished(status, str(store.path), int(done.size), int(done.sum()), int(conv.sum()), dict(reasons), wall, str(a.get("stop_message", "")))
 
 
-def _finish(cfg, rig_cfg, store, progress, seed, plot):
-    status = _execute(cfg, rig_cfg, store, progress, seed)
+def _finish(cfg, store: RunStore, rig, progress, plot):
+    t0 = time.monotonic()
+    try:
+        status = _execute(cfg, store, rig, progress)
+    finally:
+        if rig is not None:
+            _close(rig)
     if (cfg.output.plot if plot is None else plot) and status in ("completed", "interrupted"):
         from .plot import bode_png
 
         png = bode_png(store.path)
         if progress:
-            progress(f"hbtest: Bode plot {png}")
+            progress(PlotWritten(str(png)))
     if progress:
-        progress(f"hbtest: {status}; store {store.path}")
+        progress(_summary(store, status, round(time.monotonic() - t0, 3)))
     return store.dataset()
 
 
-def resume(store_path, progress=print, seed=None, plot: bool | None = None):
-    """Finish an interrupted or killed run: redo only the points not marked done, with the
-    sweep and rig definitions kept verbatim in the store."""
-    store = RunStore.open(store_path)
-    a = store.attrs
+def _open_rig(rig_cfg, seed):
+    rig = open_rig(rig_cfg, seed=seed)
+    return rig, _rig_seed(rig)
+
+
+def run(cfg: SweepConfig, store_path=None, progress=None, overwrite: bool = False, seed=None, plot: bool | None = None,
+        overrides=()):
+    """Run a sweep into a new store (default: the sweep file's ``output.store``). Returns the
+    store's dataset. Writes the Bode plot next to the store unless ``plot`` is False.
+    ``progress``: a callable receiving :mod:`hbtest.events` events. ``overrides``: the ``--set``
+    items ``cfg`` was loaded with (kept for resume). ``seed``: of a virtual rig (default: its
+    file's); the seed in force is recorded in the store."""
+    rig_cfg = load_rig(cfg.rig_path, cfg.rig_overrides)
+    check_run(cfg, rig_cfg)
+    path = Path(store_path) if store_path is not None else cfg.output.store
+    if not str(store_path if store_path is not None else path).strip():
+        raise UserError("--store: empty path; give a directory name such as runs/NAME.zarr")
+    _prepare_parent(path)
+    with StoreLock(path) as lock:
+        if lock.taken_over and progress:
+            progress(LockTakenOver(str(path), lock.taken_over))
+        rig, used_seed = _open_rig(rig_cfg, seed)
+        try:
+            store = RunStore.create(
+                path,
+                frequencies_hz=cfg.sweep.frequencies_hz,
+                harmonics=cfg.sweep.harmonics,
+                actuators=rig_cfg.actuators,
+                max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), cfg.sweep.harmonics) - 1,
+                attrs=_store_attrs(cfg, rig_cfg, overrides, used_seed),
+                overwrite=overwrite,
+                reference=hasattr(rig, "emulated_interface_response"),
+            )
+        except BaseException:
+            _close(rig)
+            raise
+        return _finish(cfg, store, rig, progress, plot)
+
+
+def _prepare_parent(path: Path) -> None:
+    """The store's folder exists and is a writable directory (for the lock file beside it)."""
+    import os
+
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{path}: exists and is a file, not a run store; choose another --store path")
     try:
-        cfg = load_sweep(a["sweep_path"], a.get("overrides", ()), text=a["sweep_text"])
-        rig_cfg = load_rig(a["rig_path"], a.get("rig_overrides", ()), text=a["rig_text"])
-    except KeyError as e:
-        raise UserError(f"{store_path}: not a store written by 'hbtest sweep' (missing attribute {e})") from None
-    return _finish(cfg, rig_cfg, store, progress, seed, plot)
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{path.parent}: cannot create the store's directory ({e.strerror or e})") from None
+    if not os.access(path.parent, os.W_OK):
+        raise UserError(f"{path.parent}: directory is not writable; cannot write the run store {path.name}")
+
+
+def resume(store_path, progress=None, seed=None, plot: bool | None = None):
+    """Finish an interrupted or killed run: redo only the points not marked done, with the
+    sweep and rig definitions and the seed kept verbatim in the store. Refuses (one line) a
+    store another process writes, an older store schema or hbtest release, a read-only store,
+    or a rig that reports another identity than the one the store was measured on."""
+    path = Path(store_path)
+    store = RunStore.open(path)
+    store.check_resumable()
+    with StoreLock(path) as lock:
+        if lock.taken_over and progress:
+            progress(LockTakenOver(str(path), lock.taken_over))
+        a = store.attrs
+        try:
+            cfg = load_sweep(a["sweep_path"], a.get("overrides", ()), text=a["sweep_text"])
+            rig_cfg = load_rig(a["rig_path"], a.get("rig_overrides", ()), text=a["rig_text"])
+        except KeyError as e:
+            raise UserError(f"{store_path}: not a store written by 'hbtest sweep' (missing attribute {e})") from None
+        store.check_compatible(
+            frequencies_hz=cfg.sweep.frequencies_hz, harmonics=cfg.sweep.harmonics, actuators=rig_cfg.actuators,
+            max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), cfg.sweep.harmonics) - 1,
+        )
+        stored_seed = a.get("seed")
+        rig, _ = _open_rig(rig_cfg, stored_seed if seed is None else seed)
+        measured_on = a.get("rig_reported_identity")
+        now = rig.describe().identity
+        if measured_on and now != measured_on:
+            _close(rig)
+            raise UserError(f"{store_path}: measured on rig {measured_on!r}, but the rig now reports {now!r}; resume on the same rig")
+        return _finish(cfg, store, rig, progress, plot)
+
+
+def exit_code(ds) -> int:
+    """The command's exit status for a finished run (see :data:`EXIT_CODES`)."""
+    status = ds.attrs.get("status")
+    if status == "completed":
+        done = np.asarray(ds["done"].values, dtype=bool)
+        conv = np.asarray(ds["converged"].values, dtype=bool)
+        return EXIT_CODES["converged"] if bool(np.all(conv[done])) and done.all() else EXIT_CODES["not_converged"]
+    if status == "interrupted":
+        return EXIT_CODES.get(ds.attrs.get("stop_cause") or "signal", EXIT_CODES["signal"])
+    return 1

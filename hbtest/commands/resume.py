@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .sweep import add_run_options, exit_code
+from .sweep import add_run_options
 
 
 def register(sub) -> None:
@@ -13,8 +13,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..sweep import resume
+    from ..sweep import exit_code, resume
+    from .render import printer
 
-    ds = resume(args.store, progress=None if args.quiet else (lambda s: print(s, flush=True)), seed=args.seed,
-                plot=False if args.no_plot else None)
+    ds = resume(args.store, progress=None if args.quiet else printer(), seed=args.seed, plot=False if args.no_plot else None)
     return exit_code(ds)

@@ -16,28 +16,19 @@ def register(sub) -> None:
 
 def add_run_options(p) -> None:
     """Options shared by the commands that run a sweep (``sweep``, ``resume``)."""
-    p.add_argument("--seed", type=int, default=None, help="seed of a virtual rig (default: the rig file's)")
+    p.add_argument("--seed", type=int, default=None, help="seed of a virtual rig (default: the rig file's; resume: the store's)")
     p.add_argument("--no-plot", action="store_true", help="do not write the Bode plot")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
-def exit_code(ds) -> int:
-    """0 completed, 130 interrupted, 1 otherwise."""
-    status = ds.attrs.get("status")
-    return 0 if status == "completed" else 130 if status == "interrupted" else 1
-
-
 def run(args) -> int:
     from ..config import load_sweep
-    from ..sweep import run as run_sweep
+    from ..sweep import exit_code, run as run_sweep
+    from .render import printer
 
     cfg = load_sweep(args.file, args.overrides)
     ds = run_sweep(
-        cfg, args.store, progress=None if args.quiet else _say, overwrite=args.overwrite,
+        cfg, args.store, progress=None if args.quiet else printer(), overwrite=args.overwrite,
         seed=args.seed, plot=False if args.no_plot else None, overrides=tuple(args.overrides),
     )
     return exit_code(ds)
-
-
-def _say(line: str) -> None:
-    print(line, flush=True)
