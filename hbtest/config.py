@@ -58,18 +58,33 @@ def load_toml(path, overrides=(), text: str | None = None) -> tuple[dict, Source
     in a run's store); apply ``--set`` overrides. Errors name the file."""
     p = Path(path)
     if text is None:
+        if p.is_dir():
+            raise ConfigError(str(path), "", "is a directory, expected a file")
         if not p.is_file():
             raise ConfigError(str(path), "", "file not found")
         try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(str(path), "", f"cannot read: {e}") from None
+            raw = p.read_bytes()
+        except OSError as e:
+            raise ConfigError(str(path), "", f"cannot read: {e.strerror or e}") from None
+        text = _decode_text(raw, str(path))
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(str(path), "", f"not valid TOML: {e}") from None
     apply_overrides(doc, overrides, str(path))
     return doc, SourceFile(str(path), text, hashlib.sha256(text.encode()).hexdigest())
+
+
+def _decode_text(raw: bytes, path: str) -> str:
+    """UTF-8 text of a definition file; a binary file (NUL bytes, invalid UTF-8) is a
+    ConfigError naming the path."""
+    nul = raw.find(b"\x00")
+    if nul >= 0:
+        raise ConfigError(path, "", f"not a text TOML file (NUL byte at offset {nul})")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(path, "", f"not a text TOML file (invalid UTF-8 at byte {e.start})") from None
 
 
 def parse_override(item: str, source: str = "--set") -> tuple[str, Any]:

@@ -113,6 +113,48 @@ def test_cli_subprocess_has_no_traceback(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------
+# files that are not TOML text
+
+
+def test_a_directory_is_not_a_definition_file(tmp_path):
+    for load in (load_sweep, load_rig):
+        with pytest.raises(ConfigError) as e:
+            load(tmp_path)
+        assert e.value.problem == "is a directory, expected a file"
+        assert str(e.value) == f"{tmp_path}: is a directory, expected a file"
+    with pytest.raises(ConfigError, match="file not found"):
+        load_sweep(tmp_path / "missing.toml")
+
+
+@pytest.mark.parametrize(
+    "content, detail",
+    [
+        (b"name = 'x'\x00\x01\x02", "NUL byte at offset 10"),
+        (b"name = '\xff\xfe'\n", "invalid UTF-8 at byte 8"),
+        (bytes(range(256)), "NUL byte at offset 0"),
+    ],
+)
+def test_a_binary_file_is_not_a_text_toml_file(tmp_path, content, detail):
+    p = tmp_path / "sweep.toml"
+    p.write_bytes(content)
+    for load in (load_sweep, load_rig):
+        with pytest.raises(ConfigError) as e:
+            load(p)
+        msg = str(e.value)
+        assert msg.startswith(f"{p}: not a text TOML file") and detail in msg and "\n" not in msg
+
+
+def test_cli_directory_and_binary_file_are_one_line_exit_2(tmp_path, capsys):
+    assert main(["design", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip().endswith("is a directory, expected a file")
+    p = tmp_path / "bin.toml"
+    p.write_bytes(b"\x00\xff")
+    assert main(["design", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not a text TOML file" in err and err.count("\n") == 0
+
+
+# ---------------------------------------------------------------------------------------
 # rig files: the common part and the kind registry
 
 
