@@ -6,20 +6,26 @@ Every problem is a :class:`~hbtest.errors.ConfigError` naming the file and the d
 
 ``--set dotted.key=value`` overrides (value parsed as a TOML value, bare words as strings)
 are applied to the parsed document before validation, so they are checked like the file.
+
+The shared schema pieces (:class:`Section`, :class:`SourceFile`, :class:`BeamSpec`,
+:func:`read_beam`, :class:`RigCommon`) live in the leaf module :mod:`hbtest.schema` and are
+re-exported here. A rig file's kind-specific tables are parsed by the kind registered in
+:mod:`hbtest.rig.registry` (config never imports a rig implementation).
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .errors import ConfigError
+from .rig import registry
+from .schema import BeamSpec, RigCommon, Section, SourceFile, read_beam
 
 __all__ = [
     "Section",
@@ -28,6 +34,8 @@ __all__ = [
     "parse_override",
     "SourceFile",
     "BeamSpec",
+    "read_beam",
+    "RigCommon",
     "NumericalSpec",
     "ExcitationSpec",
     "SweepSpec",
@@ -45,32 +53,38 @@ __all__ = [
 # reading helpers
 
 
-@dataclass(frozen=True)
-class SourceFile:
-    """A definition file as read: path, verbatim text and its SHA-256 (for provenance)."""
-
-    path: str
-    text: str
-    sha256: str
-
-
 def load_toml(path, overrides=(), text: str | None = None) -> tuple[dict, SourceFile]:
     """Read a TOML file (or parse ``text`` as if it were that file, e.g. the verbatim copy kept
     in a run's store); apply ``--set`` overrides. Errors name the file."""
     p = Path(path)
     if text is None:
+        if p.is_dir():
+            raise ConfigError(str(path), "", "is a directory, expected a file")
         if not p.is_file():
             raise ConfigError(str(path), "", "file not found")
         try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(str(path), "", f"cannot read: {e}") from None
+            raw = p.read_bytes()
+        except OSError as e:
+            raise ConfigError(str(path), "", f"cannot read: {e.strerror or e}") from None
+        text = _decode_text(raw, str(path))
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(str(path), "", f"not valid TOML: {e}") from None
     apply_overrides(doc, overrides, str(path))
     return doc, SourceFile(str(path), text, hashlib.sha256(text.encode()).hexdigest())
+
+
+def _decode_text(raw: bytes, path: str) -> str:
+    """UTF-8 text of a definition file; a binary file (NUL bytes, invalid UTF-8) is a
+    ConfigError naming the path."""
+    nul = raw.find(b"\x00")
+    if nul >= 0:
+        raise ConfigError(path, "", f"not a text TOML file (NUL byte at offset {nul})")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(path, "", f"not a text TOML file (invalid UTF-8 at byte {e.start})") from None
 
 
 def parse_override(item: str, source: str = "--set") -> tuple[str, Any]:
@@ -121,178 +135,8 @@ def _split_index(part: str, key: str, source: str) -> tuple[str, int | None]:
         raise ConfigError(f"{source} (--set)", key, f"bad index in {part!r}") from None
 
 
-class Section:
-    """Typed, unit-aware access to one table of a definition file. Every key read is
-    remembered; :meth:`finish` reports the first unknown key."""
-
-    def __init__(self, data: Any, source: str, prefix: str = ""):
-        if not isinstance(data, dict):
-            raise ConfigError(source, prefix or "(top level)", f"must be a table, got {type(data).__name__}")
-        self.data, self.source, self.prefix = data, source, prefix
-        self._used: set[str] = set()
-
-    def key(self, name: str) -> str:
-        return f"{self.prefix}.{name}" if self.prefix else name
-
-    def error(self, name: str, problem: str) -> ConfigError:
-        return ConfigError(self.source, self.key(name), problem)
-
-    def has(self, name: str) -> bool:
-        return name in self.data
-
-    def _get(self, name, default, required):
-        self._used.add(name)
-        if name in self.data:
-            return self.data[name]
-        if required:
-            raise self.error(name, "missing")
-        return default
-
-    def sub(self, name: str, required: bool = True) -> "Section":
-        v = self._get(name, {}, required)
-        return Section(v, self.source, self.key(name))
-
-    def subs(self, name: str) -> list["Section"]:
-        """An array of tables (``[[name]]``)."""
-        v = self._get(name, [], False)
-        if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
-            raise self.error(name, "must be an array of tables")
-        return [Section(x, self.source, f"{self.key(name)}[{i}]") for i, x in enumerate(v)]
-
-    def number(self, name, default=None, *, required=None, scale=1.0, min=None, max=None, positive=False, nonnegative=False, integer=False) -> float:
-        """A number (int/float, not bool) times ``scale`` (unit conversion). Bounds apply to
-        the value as written in the file."""
-        required = default is None if required is None else required
-        v = self._get(name, default, required)
-        if v is None:
-            return None
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise self.error(name, f"must be a number, got {type(v).__name__} {v!r}")
-        if integer and not (isinstance(v, int) or float(v).is_integer()):
-            raise self.error(name, f"must be an integer, got {v!r}")
-        if not math.isfinite(v):
-            raise self.error(name, f"must be finite, got {v!r}")
-        if positive and not v > 0:
-            raise self.error(name, f"must be positive, got {v!r}")
-        if nonnegative and v < 0:
-            raise self.error(name, f"must not be negative, got {v!r}")
-        if min is not None and v < min:
-            raise self.error(name, f"must be >= {min}, got {v!r}")
-        if max is not None and v > max:
-            raise self.error(name, f"must be <= {max}, got {v!r}")
-        return int(v) if integer else float(v) * scale
-
-    def integer(self, name, default=None, **kw) -> int:
-        return self.number(name, default, integer=True, **kw)
-
-    def string(self, name, default=None, *, choices=None, required=None) -> str:
-        required = default is None if required is None else required
-        v = self._get(name, default, required)
-        if v is None:
-            return None
-        if not isinstance(v, str):
-            raise self.error(name, f"must be a string, got {type(v).__name__} {v!r}")
-        if choices is not None and v not in choices:
-            raise self.error(name, f"must be one of {', '.join(map(str, choices))}; got {v!r}")
-        return v
-
-    def boolean(self, name, default=None) -> bool:
-        v = self._get(name, default, default is None)
-        if not isinstance(v, bool):
-            raise self.error(name, f"must be true or false, got {v!r}")
-        return v
-
-    def numbers(self, name, default=None, *, scale=1.0, length=None, positive=False, nonnegative=False, integer=False) -> tuple:
-        v = self._get(name, default, default is None)
-        if not isinstance(v, (list, tuple)):
-            raise self.error(name, f"must be an array of numbers, got {v!r}")
-        if length is not None and len(v) != length:
-            raise self.error(name, f"must have {length} entries, got {len(v)}")
-        out = []
-        for i, x in enumerate(v):
-            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-                raise self.error(name, f"entry {i} must be a finite number, got {x!r}")
-            if integer and not float(x).is_integer():
-                raise self.error(name, f"entry {i} must be an integer, got {x!r}")
-            if positive and not x > 0:
-                raise self.error(name, f"entry {i} must be positive, got {x!r}")
-            if nonnegative and x < 0:
-                raise self.error(name, f"entry {i} must not be negative, got {x!r}")
-            out.append(int(x) if integer else float(x) * scale)
-        return tuple(out)
-
-    def path(self, name, base: Path, default=None) -> Path | None:
-        v = self.string(name, default, required=default is None)
-        if v is None:
-            return None
-        p = Path(v)
-        return (p if p.is_absolute() else (base / p)).resolve()
-
-    def finish(self) -> None:
-        """Raise on the first key that was never read (unknown key)."""
-        for k in self.data:
-            if k not in self._used:
-                raise self.error(k, "unknown key")
-
-
 # ---------------------------------------------------------------------------------------
 # sweep file schema
-
-
-@dataclass(frozen=True)
-class BeamSpec:
-    """A uniform Euler–Bernoulli beam segment (SI units)."""
-
-    length: float
-    width: float
-    thickness: float
-    youngs_modulus: float
-    density: float
-    zeta_mass: float
-    zeta_stiffness: float
-    elements: int
-
-    @property
-    def EI(self) -> float:
-        return self.youngs_modulus * self.width * self.thickness**3 / 12
-
-    @property
-    def rhoA(self) -> float:
-        return self.density * self.width * self.thickness
-
-    def build(self, left: str, right: str, x_offset: float = 0.0, extra_nodes=()):
-        from .structures import beam
-
-        return beam(
-            self.length, self.width, self.thickness, self.youngs_modulus, self.density,
-            n_elements=self.elements, zeta_mass=self.zeta_mass, zeta_stiffness=self.zeta_stiffness,
-            left=left, right=right, x_offset=x_offset, extra_nodes=extra_nodes,
-        )
-
-
-def read_beam(sec: Section, default_from: BeamSpec | None = None, length_required: bool = True) -> BeamSpec:
-    """Read a beam table: ``length_mm, width_mm, thickness_mm, youngs_modulus_gpa,
-    density_kg_m3, zeta_mass_per_s, zeta_stiffness_s, elements``. Missing section/material keys
-    fall back to ``default_from`` when given."""
-    d = default_from
-
-    def num(key, attr, scale, **kw):
-        if d is not None and not sec.has(key):
-            sec._used.add(key)
-            return getattr(d, attr)
-        return sec.number(key, scale=scale, **kw)
-
-    length = sec.number("length_mm", scale=1e-3, positive=True) if length_required or sec.has("length_mm") else None
-    return BeamSpec(
-        length=length,
-        width=num("width_mm", "width", 1e-3, positive=True),
-        thickness=num("thickness_mm", "thickness", 1e-3, positive=True),
-        youngs_modulus=num("youngs_modulus_gpa", "youngs_modulus", 1e9, positive=True),
-        density=num("density_kg_m3", "density", 1.0, positive=True),
-        zeta_mass=num("zeta_mass_per_s", "zeta_mass", 1.0, nonnegative=True) if (d is not None or sec.has("zeta_mass_per_s")) else sec.number("zeta_mass_per_s", 0.0, nonnegative=True),
-        zeta_stiffness=num("zeta_stiffness_s", "zeta_stiffness", 1.0, nonnegative=True) if (d is not None or sec.has("zeta_stiffness_s")) else sec.number("zeta_stiffness_s", 0.0, nonnegative=True),
-        elements=sec.integer("elements", 20 if d is None else d.elements, min=1, max=2000),
-    )
 
 
 @dataclass(frozen=True)
@@ -415,7 +259,7 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
     base = Path(src.path).resolve().parent
     name = top.string("name", Path(src.path).stem)
     rig_path = top.path("rig", base)
-    rig_overrides = top._get("rig_set", [], False)
+    rig_overrides = top.value("rig_set", [])
     if not isinstance(rig_overrides, list) or not all(isinstance(x, str) and "=" in x for x in rig_overrides):
         raise top.error("rig_set", 'must be a list of "dotted.key=value" overrides of the rig file')
 
@@ -497,13 +341,18 @@ def _profile_names():
 
 
 # ---------------------------------------------------------------------------------------
-# rig file: common part; the ``[virtual]`` table is parsed by hbtest.rig.virtual
+# rig file: the common part; a kind's own tables are parsed by the kind (hbtest.rig.registry)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RigConfig:
-    """A parsed rig definition file. ``sensors`` is the :class:`~hbtest.sensors.SensorLayout`;
-    ``virtual`` holds the kind-specific parsed table."""
+    """A parsed rig definition file. ``kind``: the :class:`~hbtest.rig.registry.RigKind` that
+    parsed it and opens the rig; ``sensors``: the :class:`~hbtest.sensors.SensorLayout`;
+    ``spec``: the kind's parsed tables (e.g. :class:`hbtest.rig.virtual.VirtualSpec`);
+    ``physical``: the PS beam as the rig file describes it (design), None when absent.
+
+    ``virtual`` is the older name of ``spec``: a read-only property, and accepted by the
+    constructor as a keyword (``RigConfig(..., virtual=spec)``)."""
 
     source: SourceFile
     kind: str
@@ -512,8 +361,27 @@ class RigConfig:
     sample_rate_hz: float
     voltage_limit_v: float
     sensors: Any
-    virtual: Any = None
-    physical: BeamSpec | None = None  # the PS beam as the rig file describes it (design)
+    spec: Any = None
+    physical: BeamSpec | None = None
+
+    def __init__(self, source, kind, identity, actuators, sample_rate_hz, voltage_limit_v, sensors, spec=None, physical=None, *, virtual=None):
+        if virtual is not None:
+            if spec is not None and spec is not virtual:
+                raise TypeError("RigConfig: give the kind's spec as spec= or as virtual=, not both")
+            spec = virtual
+        values = (source, kind, identity, actuators, sample_rate_hz, voltage_limit_v, sensors, spec, physical)
+        for f, v in zip(fields(self), values):
+            object.__setattr__(self, f.name, v)
+
+    @property
+    def virtual(self) -> Any:
+        """The kind's parsed tables (older name of :attr:`spec`)."""
+        return self.spec
+
+    @property
+    def common(self) -> RigCommon:
+        """The fields every rig kind shares, as handed to the kind's parser."""
+        return RigCommon(self.identity, tuple(self.actuators), self.sample_rate_hz, self.voltage_limit_v, self.sensors, self.physical, self.source.path)
 
 
 def read_sensors(sec: Section):
@@ -537,7 +405,7 @@ def read_sensors(sec: Section):
         kind = "laser" if name.startswith("l") else "strain_gauge"
         lag = ()
         if ch.has("lag_table"):
-            raw = ch._get("lag_table", None, True)
+            raw = ch.value("lag_table")
             if not isinstance(raw, list) or not all(isinstance(r, list) and len(r) == 2 for r in raw):
                 raise ch.error("lag_table", "must be [[frequency_hz, lag_rad], ...]")
             lag = tuple((float(a), float(b)) for a, b in raw)
@@ -576,13 +444,41 @@ def read_sensors(sec: Section):
     return layout
 
 
+class _KindTables(Section):
+    """The top level of a rig file as a kind's parser sees it: reading a table the kind does
+    not own (:attr:`RigKind.tables`) is a programming error (RuntimeError), not a user's."""
+
+    def __init__(self, top: Section, rig_kind):
+        super().__init__(top.data, top.source, top.prefix)
+        self.rig_kind = rig_kind
+
+    def _get(self, name, default, required):
+        if name not in self.rig_kind.tables:
+            raise RuntimeError(f"rig kind {self.rig_kind.name!r} read the table [{name}], which it does not own {self.rig_kind.tables}")
+        return super()._get(name, default, required)
+
+
+def _parse_kind(rig_kind, top: Section, common: RigCommon):
+    """``rig_kind.parse(view, common)`` on a view of ``top`` limited to the kind's tables; the
+    tables it read count as read in ``top``."""
+    view = _KindTables(top, rig_kind)
+    spec = rig_kind.parse(view, common)
+    for name in view.used:
+        top.value(name, required=False)
+    return spec
+
+
 def load_rig(path, overrides=(), text: str | None = None) -> RigConfig:
-    """Parse and validate a rig file. Kind-specific tables are parsed by the rig modules."""
+    """Parse and validate a rig file: ``[rig]`` (``kind`` one of
+    :func:`hbtest.rig.registry.names`), ``[sensors]``, optional ``[physical]``; the kind's own
+    tables are parsed by its registered ``parse(top, common)``; any other top-level table is an
+    error. A kind whose module cannot be imported is a ConfigError on ``rig.kind``."""
     doc, src = load_toml(path, overrides, text)
     top = Section(doc, src.path)
     rig = top.sub("rig")
-    kind = rig.string("kind", choices=("virtual",))
-    actuators = tuple(rig._get("actuators", ["vertical", "rotational"], False))
+    kind = rig.string("kind", choices=registry.names())
+    raw = rig.value("actuators", ["vertical", "rotational"])
+    actuators = tuple(raw) if isinstance(raw, list) else ()
     if len(actuators) != 2 or not all(isinstance(a, str) and a for a in actuators) or len(set(actuators)) != 2:
         raise rig.error("actuators", "must name two distinct actuators (translation, rotation)")
     common = dict(
@@ -598,10 +494,12 @@ def load_rig(path, overrides=(), text: str | None = None) -> RigConfig:
         ph = top.sub("physical")
         physical = read_beam(ph)
         ph.finish()
-    from .rig.virtual import parse_virtual
-
-    if physical is None:
-        raise top.error("physical", "a virtual rig needs the [physical] beam it simulates")
-    virtual = parse_virtual(top.sub("virtual"), physical, sensors, common)
+    try:
+        rig_kind = registry.get(kind)
+    except KeyError as e:
+        reason = e.reason if isinstance(e, registry.KindUnavailable) else "no implementation registered"
+        raise ConfigError(src.path, "rig.kind", f"rig kind {kind!r} is not available: {reason}") from None
+    # the kind's parsed tables (RigConfig.spec; ``virtual=`` is the constructor's older name)
+    virtual = _parse_kind(rig_kind, top, RigCommon(sensors=sensors, physical=physical, path=src.path, **common))
     top.finish()
     return RigConfig(src, kind, sensors=sensors, virtual=virtual, physical=physical, **common)

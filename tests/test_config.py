@@ -1,5 +1,7 @@
-"""Sweep-file validation: every user mistake gives one line naming file and key, exit 2."""
+"""Sweep- and rig-file validation: every user mistake gives one line naming file and key, exit 2;
+rig files dispatch through the kind registry."""
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -8,12 +10,15 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from hbtest import config, schema
 from hbtest.cli import main
-from hbtest.config import load_sweep, parse_override
+from hbtest.config import RigConfig, load_rig, load_sweep, parse_override
 from hbtest.errors import ConfigError
+from hbtest.rig import open_rig, registry, virtual
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "sweeps" / "paper-cantilever.toml"
+RIG = ROOT / "instruments" / "virtual-cantilever.toml"
 
 
 def test_paper_file_parses_to_si():
@@ -105,3 +110,178 @@ def test_cli_subprocess_has_no_traceback(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and re.search(r"sweep\.points", r.stderr)
+
+
+# ---------------------------------------------------------------------------------------
+# files that are not TOML text
+
+
+def test_a_directory_is_not_a_definition_file(tmp_path):
+    for load in (load_sweep, load_rig):
+        with pytest.raises(ConfigError) as e:
+            load(tmp_path)
+        assert e.value.problem == "is a directory, expected a file"
+        assert str(e.value) == f"{tmp_path}: is a directory, expected a file"
+    with pytest.raises(ConfigError, match="file not found"):
+        load_sweep(tmp_path / "missing.toml")
+
+
+@pytest.mark.parametrize(
+    "content, detail",
+    [
+        (b"name = 'x'\x00\x01\x02", "NUL byte at offset 10"),
+        (b"name = '\xff\xfe'\n", "invalid UTF-8 at byte 8"),
+        (bytes(range(256)), "NUL byte at offset 0"),
+    ],
+)
+def test_a_binary_file_is_not_a_text_toml_file(tmp_path, content, detail):
+    p = tmp_path / "sweep.toml"
+    p.write_bytes(content)
+    for load in (load_sweep, load_rig):
+        with pytest.raises(ConfigError) as e:
+            load(p)
+        msg = str(e.value)
+        assert msg.startswith(f"{p}: not a text TOML file") and detail in msg and "\n" not in msg
+
+
+def test_cli_directory_and_binary_file_are_one_line_exit_2(tmp_path, capsys):
+    assert main(["design", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip().endswith("is a directory, expected a file")
+    p = tmp_path / "bin.toml"
+    p.write_bytes(b"\x00\xff")
+    assert main(["design", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not a text TOML file" in err and err.count("\n") == 0
+
+
+# ---------------------------------------------------------------------------------------
+# rig files: the common part and the kind registry
+
+
+def rig_file(tmp_path, old: str, new: str) -> Path:
+    text = RIG.read_text()
+    assert old in text
+    p = tmp_path / "rig.toml"
+    p.write_text(text.replace(old, new, 1))
+    return p
+
+
+def test_schema_names_are_re_exported_by_config():
+    assert config.Section is schema.Section and config.BeamSpec is schema.BeamSpec
+    assert config.SourceFile is schema.SourceFile and config.read_beam is schema.read_beam
+    assert config.RigCommon is schema.RigCommon
+
+
+def test_registry_knows_the_kinds():
+    assert registry.names()[:3] == ("virtual", "box", "scpi")
+    assert set(registry.KIND_MODULES) == {"virtual", "box", "scpi"}
+    kind = registry.get("virtual")
+    assert kind is virtual.KIND and kind.name == "virtual" and kind.tables == ("virtual",)
+    assert kind.parse is virtual.parse_virtual_kind and kind.open is virtual.open_virtual
+    with pytest.raises(KeyError):
+        registry.get("nonsense")
+    with pytest.raises(TypeError):
+        registry.register("virtual")
+    impostor = registry.RigKind("virtual", ("virtual",), virtual.parse_virtual_kind, lambda cfg, seed: None)
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register(impostor)
+    assert registry.get("virtual") is kind
+
+
+def test_unknown_rig_kind_is_one_config_error_naming_file_and_key(tmp_path):
+    p = rig_file(tmp_path, 'kind = "virtual"', 'kind = "hydraulic"')
+    with pytest.raises(ConfigError) as e:
+        load_rig(p)
+    assert e.value.source == str(p) and e.value.key == "rig.kind"
+    assert "must be one of virtual, box, scpi" in e.value.problem and "'hydraulic'" in e.value.problem
+    assert "\n" not in str(e.value)
+
+
+def test_unavailable_rig_kind_is_a_config_error(tmp_path, monkeypatch):
+    """A kind the registry knows whose module cannot be imported (e.g. a driver's dependency
+    missing): one ConfigError on rig.kind carrying the import error."""
+    monkeypatch.setitem(registry.KIND_MODULES, "ghost", "hbtest.rig.no_such_kind_module")
+    with pytest.raises(registry.KindUnavailable) as k:
+        registry.get("ghost")
+    assert isinstance(k.value, KeyError) and "No module named 'hbtest.rig.no_such_kind_module'" in k.value.reason
+    p = rig_file(tmp_path, 'kind = "virtual"', 'kind = "ghost"')
+    with pytest.raises(ConfigError) as e:
+        load_rig(p)
+    assert e.value.source == str(p) and e.value.key == "rig.kind"
+    assert e.value.problem == "rig kind 'ghost' is not available: ModuleNotFoundError: No module named 'hbtest.rig.no_such_kind_module'"
+
+
+def test_box_kind_is_registered_or_cleanly_unavailable(tmp_path):
+    """Until the box driver exists (or when its dependencies are missing) a box rig file is a
+    clean ConfigError on rig.kind; once it exists, the kind is registered under its name."""
+    try:
+        kind = registry.get("box")
+    except registry.KindUnavailable as e:
+        p = rig_file(tmp_path, 'kind = "virtual"', 'kind = "box"')
+        with pytest.raises(ConfigError) as err:
+            load_rig(p)
+        assert err.value.key == "rig.kind" and err.value.problem == f"rig kind 'box' is not available: {e.reason}"
+    else:
+        assert kind.name == "box" and "box" in kind.tables
+
+
+def test_load_rig_dispatches_to_the_kind_and_open_rig_opens_it(monkeypatch):
+    """The kind gets the common part (RigCommon) and parses only its own table; its spec is
+    RigConfig.spec (and .virtual); open_rig calls its open."""
+    seen = {}
+
+    def parse(top, common):
+        seen["common"] = common
+        sec = top.sub("virtual")
+        seen["keys"] = set(sec.data)
+        sec.data.clear()  # a stand-in kind: the whole table is "read"
+        return ("spec", common.identity)
+
+    def open_(cfg, seed):
+        return ("rig", cfg.spec, seed)
+
+    fake = registry.RigKind("virtual", ("virtual",), parse, open_)
+    monkeypatch.setattr(registry, "get", lambda name: fake)
+    cfg = load_rig(RIG)
+    c = seen["common"]
+    assert isinstance(c, schema.RigCommon) and c.path == str(RIG)
+    assert c.identity == cfg.identity and c.actuators == ("vertical", "rotational") and c.sample_rate_hz == 5000.0
+    assert c.sensors is cfg.sensors and c.physical == cfg.physical and c.voltage_limit_v == cfg.voltage_limit_v
+    assert cfg.common == c
+    assert {"seed", "clamp", "shakers"} <= seen["keys"]
+    assert cfg.spec == ("spec", cfg.identity) and cfg.virtual is cfg.spec and cfg.kind == "virtual"
+    assert open_rig(cfg, seed=3) == ("rig", cfg.spec, 3)
+
+
+def test_a_kind_reading_tables_it_does_not_own_is_a_programming_error(monkeypatch):
+    def greedy(top, common):
+        top.sub("virtual").data.clear()
+        top.sub("sensors")
+        return None
+
+    monkeypatch.setattr(registry, "get", lambda name: registry.RigKind("virtual", ("virtual",), greedy, None))
+    with pytest.raises(RuntimeError, match=r"rig kind 'virtual' read the table \[sensors\]"):
+        load_rig(RIG)
+
+
+def test_tables_of_no_kind_and_missing_physical_are_config_errors(tmp_path):
+    p = rig_file(tmp_path, "[physical]", "[box]\nresource = 'x'\n\n[physical]")
+    with pytest.raises(ConfigError) as e:
+        load_rig(p)
+    assert e.value.key == "box" and e.value.problem == "unknown key"
+    p = rig_file(tmp_path, "[physical]", "[physique]")
+    with pytest.raises(ConfigError) as e:
+        load_rig(p)
+    assert e.value.key == "physical" and "needs the [physical] beam" in e.value.problem
+
+
+def test_rig_config_keeps_the_older_virtual_keyword():
+    cfg = load_rig(RIG)
+    fields = [getattr(cfg, f.name) for f in dataclasses.fields(cfg)]
+    assert RigConfig(*fields) == cfg
+    old = RigConfig(cfg.source, cfg.kind, cfg.identity, cfg.actuators, cfg.sample_rate_hz, cfg.voltage_limit_v, cfg.sensors, virtual=cfg.spec, physical=cfg.physical)
+    assert old == cfg and old.spec is cfg.spec
+    with pytest.raises(TypeError, match="not both"):
+        RigConfig(*fields[:7], spec=cfg.spec, virtual=("another",))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.spec = None

@@ -22,7 +22,7 @@ import scipy.signal
 from hbtest import harmonics
 from hbtest.config import load_rig, load_sweep
 from hbtest.errors import ConfigError, InstrumentError, LimitExceeded, UserError
-from hbtest.rig import Rig
+from hbtest.rig import Rig, open_rig
 from hbtest.rig.virtual import VirtualRig, VirtualSpec
 from hbtest.sensors import measure_interface
 from hbtest.substructure import join
@@ -116,11 +116,29 @@ def test_safe_state_close_and_context_manager(cfg):
     with VirtualRig(cfg) as rig:
         rig.set_demand(18.0, np.array([[0.5], [0.2]]), [1])
         rig.safe_state()
-        assert np.all(rig._V == 0)
+        assert np.all(rig.demand.voltage == 0)
         rig.set_demand(18.0, np.array([[0.5], [0.2]]), [1])
     with pytest.raises(InstrumentError, match="closed"):
         rig.acquire(1)
-    assert np.all(rig._V == 0)
+    assert np.all(rig.demand.voltage == 0)
+
+
+def test_demand_is_the_demand_in_force(cfg):
+    rig = VirtualRig(cfg)
+    d = rig.demand
+    assert d.frequency_hz is None and np.all(d.voltage == 0)
+    V = np.array([[0.2, 0.05], [0.1j, 0.0]])
+    rig.set_demand(17.0, V, [1, 3])
+    d = rig.demand
+    assert d.frequency_hz == 17.0 and np.array_equal(d.voltage, V) and d.orders.tolist() == [1, 3]
+    d.voltage[0, 0] = 4.0  # a copy: the rig's demand is not changed behind its back
+    assert rig.demand.voltage[0, 0] == 0.2
+
+
+def test_open_rig_opens_the_virtual_kind(cfg):
+    rig = open_rig(cfg, seed=11)
+    assert isinstance(rig, VirtualRig) and rig.seed == 11 and rig.config is cfg
+    assert cfg.kind == "virtual" and cfg.spec is cfg.virtual
 
 
 def test_limit_exceeded_names_the_rig(cfg):
@@ -132,7 +150,7 @@ def test_limit_exceeded_names_the_rig(cfg):
     assert isinstance(e.value, UserError) and cfg.identity in str(e.value) and "5 V" in str(e.value)
     with pytest.raises(LimitExceeded):  # harmonics add up: |V1| + |V3| = 5.2 V
         rig.set_demand(18.0, np.array([[3.0, 2.2j], [0.0, 0.0]]), [1, 3])
-    assert rig.elapsed_s == t and rig._V[0, 0] == 1.0  # nothing happened
+    assert rig.elapsed_s == t and rig.demand.voltage[0, 0] == 1.0  # nothing happened
 
 
 # ---------------------------------------------------------------------------------------
@@ -172,8 +190,8 @@ def test_simulated_steady_state_matches_frequency_response(cfg, f, V, orders):
 
 def test_nonlinear_amplifier_generates_harmonics(cfg):
     nl = load_rig(RIG, [])
-    sh = tuple(dataclasses.replace(s, quadratic=0.05, cubic=-0.08) for s in nl.virtual.shakers)
-    nl = dataclasses.replace(nl, virtual=dataclasses.replace(nl.virtual, shakers=sh))
+    sh = tuple(dataclasses.replace(s, quadratic=0.05, cubic=-0.08) for s in nl.spec.shakers)
+    nl = dataclasses.replace(nl, spec=dataclasses.replace(nl.spec, shakers=sh))
     rig = VirtualRig(nl, noise=False)
     f, V = 17.9, np.array([[1.5], [0.8j]])
     rig.set_demand(f, V, [1])
@@ -243,7 +261,7 @@ def test_transients_decay_at_the_modal_rates(cfg):
     t = acq.t - acq.t[0]
     for c in ("l1", "g1"):
         y = acq.data[c][t > 0.3][::10]
-        poles, amp = _matrix_pencil(y, 10 / rig.fs, 12)
+        poles, amp = matrix_pencil(y, 10 / rig.fs, 12)
         big = (np.abs(amp) > 1e-3 * np.abs(amp).max()) & (poles.imag > 0)
         assert big.sum() >= 3
         for p in poles[big]:
@@ -251,7 +269,7 @@ def test_transients_decay_at_the_modal_rates(cfg):
         assert np.min(np.abs(poles - lam[0])) < 1e-6 * abs(lam[0])  # the slowest, ~2.9 Hz
 
 
-def _matrix_pencil(y, dt, order):
+def matrix_pencil(y, dt, order):
     n = y.size
     L = n // 2
     H = np.array([y[i : i + L + 1] for i in range(n - L)])
@@ -265,8 +283,7 @@ def _matrix_pencil(y, dt, order):
 def test_closed_form_equals_sample_recurrence(cfg):
     """Constant-demand segments are evaluated in closed form; the per-sample recurrence
     (the friction path) must give the same record."""
-    a, b = VirtualRig(cfg, noise=False), VirtualRig(cfg, noise=False)
-    b._force_sample_path = True
+    a, b = VirtualRig(cfg, noise=False), VirtualRig(cfg, noise=False, per_sample=True)
     out = []
     for rig in (a, b):
         rig.set_demand(17.0, np.array([[0.6], [0.2j]]), [1], ramp_periods=2)
@@ -297,7 +314,7 @@ def test_friction_path_makes_odd_harmonics(cfg):
 # sensors and reconstruction
 
 
-def _errors(rig, ns, force, f, method="segment", periods=30):
+def reconstruction_errors(rig, ns, force, f, method="segment", periods=30):
     V = hybrid_voltage(rig, ns, force, f)
     rig.set_demand(f, V, [1])
     rig.wait(f * 8)
@@ -311,7 +328,7 @@ def _errors(rig, ns, force, f, method="segment", periods=30):
 def test_interface_reconstruction_budget_without_mains(paper, f):
     ns, force = paper
     rig = VirtualRig(load_rig(RIG, ["virtual.mains.amplitude_microstrain=0"]))
-    m, ss = _errors(rig, ns, force, f)
+    m, ss = reconstruction_errors(rig, ns, force, f)
     rel_d = np.abs(m.displacement[:, 0] - ss.displacement[:, 0]) / np.abs(ss.displacement[:, 0])
     assert rel_d[0] < 2e-4 and rel_d[1] < 2e-3
     dF = np.abs(m.force[:, 0] - ss.force[:, 0])
@@ -324,7 +341,7 @@ def test_interface_reconstruction_budget_without_mains(paper, f):
 def test_interface_reconstruction_budget_with_mains(cfg, paper, f):
     ns, force = paper
     rig = VirtualRig(cfg)
-    m, ss = _errors(rig, ns, force, f)
+    m, ss = reconstruction_errors(rig, ns, force, f)
     nz = rig.spec.noise
     # SPEC §3 bound on each gauge coefficient, summed over the mains multiples
     b = sum(np.hypot(*harmonics.mains_error_bound(nz.mains_amplitude * r, h * nz.mains_hz, f, 1, 30)) for h, r in enumerate(nz.mains_harmonics, 1))
@@ -341,7 +358,7 @@ def test_interface_reconstruction_budget_with_mains(cfg, paper, f):
 def test_lag_correction_removes_the_filter_lag(cfg, paper):
     ns, force = paper
     rig = VirtualRig(cfg, noise=False)
-    m, ss = _errors(rig, ns, force, 18.2, periods=5)
+    m, ss = reconstruction_errors(rig, ns, force, 18.2, periods=5)
     no_filter = tuple(dataclasses.replace(ch, lowpass_hz=0.0) for ch in rig.sensors.channels)
     blind = dataclasses.replace(rig.sensors, channels=no_filter)  # the same record, lag ignored
     rig.set_demand(18.2, hybrid_voltage(rig, ns, force, 18.2), [1], ramp_periods=0)

@@ -6,6 +6,12 @@ Time base: the demand is ``v(t) = a0 + Re sum_k V_k exp(i k 2 pi f t)`` per actu
 generator continuous when the frequency changes and reports ``t`` so that the formula holds
 for the demand in force during an acquisition). Acquisitions return raw channel volts; the
 calibration lives in the rig's :class:`~hbtest.sensors.SensorLayout`.
+
+Kinds of rig (``[rig].kind`` of a rig file: virtual, box, scpi) are registered in
+:mod:`hbtest.rig.registry`; :func:`open_rig` opens the one a parsed rig file names. A rig that
+averages on the device may also offer ``acquire_coefficients(n_periods, orders,
+nuisance_hz=()) -> ChannelCoefficients`` (the point loop uses it when offered, raw samples
+otherwise).
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from ..sensors import SensorLayout
+from . import registry
 
-__all__ = ["Acquisition", "RigDescription", "Rig", "check_voltage", "open_rig"]
+__all__ = ["Acquisition", "ChannelCoefficients", "RigDescription", "Rig", "check_voltage", "open_rig"]
 
 
 @dataclass(frozen=True)
@@ -39,13 +46,34 @@ class Acquisition:
 
 
 @dataclass(frozen=True)
+class ChannelCoefficients:
+    """Per-channel harmonic coefficients averaged on the device over n whole periods, in the
+    hbtest.harmonics convention (X_k = a_k - i b_k, DC real), in RAW channel volts (before the
+    layout's scale/offset and before lag correction) — i.e. exactly what harmonics.fit of the raw
+    samples over the same record gives (with nuisance_hz removed when asked)."""
+
+    coefficients: dict[str, np.ndarray]  # channel -> complex (n_orders,)
+    variance: dict[str, np.ndarray]  # channel -> variance of the mean (n_orders,), as HarmonicFit.variance
+    orders: np.ndarray
+    frequency_hz: float
+    n_periods: int
+    elapsed_s: float
+    overrange: tuple[str, ...] = ()  # channels that reached ADC full scale in the record
+    epoch: int | None = None  # demand epoch the record belongs to
+
+
+# a rig offers it by having this method:
+#   def acquire_coefficients(self, n_periods: int, orders, nuisance_hz=()) -> ChannelCoefficients
+
+
+@dataclass(frozen=True)
 class RigDescription:
     """What a rig says about itself: identity (for provenance), actuators (names, in the order
     of the voltage array), sensor layout with calibration, voltage limit [V], sample rate, and
     the acquisition's input range [V] (a sample at full scale means a clipped channel)."""
 
     identity: str
-    kind: str  # "virtual" | "visa" | ...
+    kind: str  # the rig file's [rig].kind: "virtual" | "box" | "scpi" (hbtest.rig.registry)
     actuators: tuple[str, ...]
     sample_rate_hz: float
     voltage_limit_v: float
@@ -104,11 +132,6 @@ def check_voltage(voltage: np.ndarray, orders, limit_v: float, who: str) -> None
 
 
 def open_rig(rig_config, seed: int | None = None) -> Rig:
-    """The rig a parsed rig file describes (``kind`` picks the implementation)."""
-    if rig_config.kind == "virtual":
-        from .virtual import VirtualRig
-
-        return VirtualRig(rig_config, seed=seed)
-    from ..errors import ConfigError
-
-    raise ConfigError(rig_config.source.path, "rig.kind", f"no rig implementation for {rig_config.kind!r}")
+    """The rig a parsed rig file (:func:`hbtest.config.load_rig`) describes: its kind's
+    ``open(rig_config, seed)`` from :mod:`hbtest.rig.registry`."""
+    return registry.get(rig_config.kind).open(rig_config, seed)

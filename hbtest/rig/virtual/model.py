@@ -1,0 +1,286 @@
+"""The twin's linear physics model, assembled and diagonalised once per (spec, layout, fs).
+
+Units SI; signs of :mod:`hbtest.rig.virtual` (x from the pin axis, ``u`` up, ``theta``
+counter-clockwise). Mechanical DOFs: the PS beam's (node 0 = the clamp's u, theta = the
+interface), then the two shaker armatures ``z1, z2`` (up). First-order form
+``E x' = A x + B u`` with ``x = (q, q', i1, i2)`` (coil currents [A]); inputs ``u`` =
+(amplifier input 1 [V], amplifier input 2 [V], friction force on the slider [N], friction
+torque on the pin [N m]). Raw outputs (``C_raw`` rows): l1 [m], l2 [m], eps1, eps2 (unfiltered
+strain), u' [m/s], theta' [rad/s].
+
+The model is diagonalised (generalised eigenproblem, left and right vectors): modes with
+``|lambda| < 2 pi modal_cutoff_hz`` kept, the rest a static correction matching the full
+model's DC gain; the channel Butterworth filters appended by partial fractions; each mode
+discretised exactly for the zero-order-hold DAC with the fractional actuation delay
+(``a = e^{lambda dt}``, weights ``c_now``/``c_prev`` of the two held inputs over a sample).
+The amplifier polynomial ``v + a2 v^2 + a3 v^3`` (static, before the gain) is here too.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+import scipy.signal
+
+from ...sensors import SensorLayout
+from ...structures import Beam, beam as make_beam
+from .spec import CHANNELS, VirtualSpec
+
+__all__ = ["Model", "build_model", "assemble", "channel_filter", "filter_response", "zoh", "amplifier_input", "input_harmonics"]
+
+
+
+@dataclass(frozen=True, eq=False)
+class Model:
+    """Everything derived once from the spec (read-only arrays): built by
+    :func:`build_model`, shared by the engine and the exact reference."""
+
+    spec: VirtualSpec
+    layout: SensorLayout
+    fs: float  # sample rate [Hz] of the discretisation
+    scale: np.ndarray  # (4,) per channel: physical units per raw volt, in CHANNELS order
+    offset: np.ndarray  # (4,) per channel: physical offset
+    beam: Beam
+    nb: int  # beam DOFs (node 0 = clamp u, theta)
+    nm: int  # mechanical DOFs (beam + 2 armatures)
+    A: np.ndarray
+    E: np.ndarray
+    MCK: tuple  # mechanical M, C, K (beam DOFs, armatures)
+    B: np.ndarray  # inputs: amplifier inputs (2), slider force, pin torque
+    C_raw: np.ndarray  # l1, l2, eps1, eps2 (unfiltered physical), u', theta'
+    channel_filters: tuple  # per channel: None or (poles, gain)
+    kept: np.ndarray  # kept eigenvalues (all members of pairs)
+    lam: np.ndarray  # simulated modal states (representatives + filter modes)
+    fac: np.ndarray
+    Cy: np.ndarray  # (4, n_s) complex, factors folded in
+    Dy: np.ndarray  # (4, 4) direct feedthrough of held inputs (unfiltered channels)
+    Cv: np.ndarray  # (2, n_s) velocities u', theta'
+    Dv: np.ndarray
+    Bz: np.ndarray  # (n_s, 4)
+    Bz2: np.ndarray  # (n_s, 2) actuation columns, contiguous
+    a: np.ndarray
+    c_now: np.ndarray  # weight of u[n-d] over the interval (actuation inputs)
+    c_prev: np.ndarray  # weight of u[n-d-1]
+    c_force: np.ndarray  # (e^{lambda dt} - 1)/lambda (undelayed inputs)
+    delay_samples: int
+    delay_fraction: float
+    rig_modes: np.ndarray  # eigenvalues of clamp + shakers without the beam
+    max_condition: float
+
+
+def channel_filter(ch) -> tuple | None:
+    """A channel's analogue Butterworth low-pass as (poles [rad/s], gain), None when off."""
+    if ch.lowpass_hz <= 0:
+        return None
+    _, p, k = scipy.signal.butter(ch.lowpass_order, 2 * np.pi * ch.lowpass_hz, analog=True, output="zpk")
+    return (np.asarray(p, complex), float(k))
+
+
+def filter_response(filt, s) -> np.ndarray:
+    """Response of a :func:`channel_filter` at the Laplace variable(s) ``s`` (1 when None)."""
+    s = np.asarray(s, dtype=complex)
+    if filt is None:
+        return np.ones_like(s)
+    p, k = filt
+    return k / np.prod(s[..., None] - p, axis=-1)
+
+
+def assemble(spec: VirtualSpec, layout: SensorLayout, with_beam: bool = True):
+    """Mechanical M, C, K (beam DOFs, then armature z1, z2) and the first-order (A, E, B)."""
+    bs = spec.beam
+    if with_beam:
+        b = make_beam(
+            bs.length, bs.width, bs.thickness, bs.youngs_modulus, bs.density,
+            zeta_mass=bs.zeta_mass, zeta_stiffness=bs.zeta_stiffness, left="free", right="free",
+            nodes=spec.nodes(layout.gauge_positions),
+        )
+        nb = b.n_dof
+    else:
+        b, nb = None, 2
+    n = nb + 2
+    M = np.zeros((n, n))
+    K = np.zeros((n, n))
+    C = np.zeros((n, n))
+    if b is not None:
+        M[:nb, :nb], K[:nb, :nb], C[:nb, :nb] = b.M, b.K, b.C
+    cl = spec.clamp
+    M[0, 0] += cl.mass
+    M[1, 1] += cl.inertia
+    K[0, 0] += cl.support_stiffness
+    C[0, 0] += cl.support_damping
+    K[1, 1] += cl.rotational_stiffness
+    C[1, 1] += cl.rotational_damping
+    for j, sh in enumerate(spec.shakers):
+        z = nb + j
+        M[z, z] += sh.moving_mass
+        K[z, z] += sh.suspension_stiffness
+        C[z, z] += sh.suspension_damping
+        e = np.zeros(n)
+        e[0], e[1], e[z] = 1.0, sh.position, -1.0  # stinger elongation z - (u + x theta), sign-flipped
+        K += sh.stinger_stiffness * np.outer(e, e)
+        C += sh.stinger_damping * np.outer(e, e)
+    N = 2 * n + 2
+    A = np.zeros((N, N))
+    E = np.eye(N)
+    A[:n, n : 2 * n] = np.eye(n)
+    A[n : 2 * n, :n] = -K
+    A[n : 2 * n, n : 2 * n] = -C
+    E[n : 2 * n, n : 2 * n] = M
+    Bm = np.zeros((N, 4))
+    for j, sh in enumerate(spec.shakers):
+        ii, z = 2 * n + j, nb + j
+        A[n + z, ii] = sh.force_constant  # coil force on the armature
+        A[ii, n + z] = -sh.force_constant  # back-EMF
+        A[ii, ii] = -sh.resistance
+        E[ii, ii] = sh.inductance
+        Bm[ii, j] = sh.amplifier_gain
+    Bm[n + 0, 2] = 1.0  # friction force on the slider
+    Bm[n + 1, 3] = 1.0  # friction torque on the pin
+    return b, nb, n, A, E, Bm, (M, C, K)
+
+
+@functools.lru_cache(maxsize=8)
+def build_model(spec: VirtualSpec, layout: SensorLayout, fs: float) -> Model:
+    """The diagonal, discretised model (cached: one per spec, layout and sample rate)."""
+    b, nb, nm, A, E, B, MCK = assemble(spec, layout)
+    N = A.shape[0]
+    h = spec.beam.thickness
+    eye = np.eye(nb)
+    C_raw = np.zeros((6, N))
+    C_raw[0, 0] = 1.0
+    C_raw[1, 0], C_raw[1, 1] = 1.0, layout.laser_spacing
+    for j, d in enumerate(layout.gauge_positions):
+        C_raw[2 + j, :nb] = -(h / 2) * np.array([b.curvature(eye[k], d) for k in range(nb)])
+    C_raw[4, nm + 0] = 1.0
+    C_raw[5, nm + 1] = 1.0
+
+    lam, wl, vr = scipy.linalg.eig(A, E, left=True, right=True)
+    keep = np.abs(lam) < 2 * np.pi * spec.modal_cutoff_hz
+    lam, wl, vr = lam[keep], wl[:, keep], vr[:, keep]
+    o = np.lexsort((np.imag(lam), np.abs(lam)))
+    lam, wl, vr = lam[o], wl[:, o], vr[:, o]
+    nrm = np.einsum("im,ij,jm->m", wl.conj(), E, vr)
+    cond = np.linalg.norm(wl, axis=0) * np.linalg.norm(E @ vr, axis=0) / np.abs(nrm)
+    if np.any(cond > 1e9) or np.any(np.real(lam) >= 0):
+        raise ValueError(f"virtual rig: kept modes are ill-conditioned or unstable (condition {cond.max():.3g})")
+    cm = C_raw @ vr  # (6, k)
+    bm = (wl.conj().T @ B) / nrm[:, None]  # (k, 4)
+    G0 = -C_raw @ np.linalg.solve(A, B)
+    D = np.real(G0 - np.einsum("ik,kj->ij", cm, bm / (-lam)[:, None]))  # static correction
+
+    # representatives: one member of each conjugate pair (factor 2), real modes (factor 1)
+    is_real = np.abs(np.imag(lam)) <= 1e-9 * np.abs(lam)
+    rep = is_real | (np.imag(lam) > 0)
+    lam_r = np.where(is_real, np.real(lam), lam)[rep]
+    fac_r = np.where(is_real[rep], 1.0, 2.0)
+
+    filters = tuple(channel_filter(layout.channel(c)) for c in CHANNELS)
+    lam_s = [lam_r]
+    fac_s = [fac_r]
+    Bz = [bm[rep]]
+    Cy_m = np.zeros((4, lam_r.size), complex)
+    Cy_f = []
+    Dy = np.zeros((4, 4))
+    for j, filt in enumerate(filters):
+        Cy_m[j] = cm[j, rep] * filter_response(filt, lam_r)
+        if filt is None:
+            Dy[j] = D[j]
+            continue
+        p, k = filt
+        if np.min(np.abs(p[:, None] - lam[None, :])) < 1e-6 * np.abs(p).min():
+            raise ValueError("virtual rig: a channel filter pole coincides with a structural mode")
+        for i, pi in enumerate(p):
+            if np.imag(pi) < -1e-9 * abs(pi):
+                continue
+            rho = k / np.prod(pi - np.delete(p, i))
+            g = rho * (np.einsum("k,kj->j", cm[j] / (pi - lam), bm) + D[j])
+            real_pole = abs(np.imag(pi)) <= 1e-9 * abs(pi)
+            lam_s.append(np.array([np.real(pi) if real_pole else pi]))
+            fac_s.append(np.array([1.0 if real_pole else 2.0]))
+            Bz.append(g[None, :])
+            Cy_f.append((j, len(Cy_f)))
+    lam_all = np.concatenate(lam_s).astype(complex)
+    fac_all = np.concatenate(fac_s)
+    Bz = np.concatenate(Bz, axis=0)
+    n_s = lam_all.size
+    Cy = np.zeros((4, n_s), complex)
+    Cy[:, : lam_r.size] = Cy_m
+    for j, i in Cy_f:
+        Cy[j, lam_r.size + i] = 1.0
+    Cy = Cy * fac_all[None, :]
+    Cv = np.zeros((2, n_s), complex)
+    Cv[:, : lam_r.size] = cm[4:6, rep] * fac_r[None, :]
+    Dv = D[4:6]
+
+    dt = 1.0 / fs
+    tau = spec.actuation_delay / dt
+    d = int(math.floor(tau + 1e-9))
+    alpha = max(0.0, tau - d)
+    x = lam_all * dt
+    a = np.exp(x)
+    phi = lambda y: np.where(np.abs(y) > 0, np.expm1(y) / np.where(y == 0, 1, y), 1.0) * dt  # noqa: E731
+    c_force = phi(x)
+    # held input changes at t_n + alpha dt: u[n-d-1] on [t_n, t_n + alpha dt), u[n-d] after
+    c_now = phi(x * (1 - alpha)) * (1 - alpha)
+    c_prev = np.exp(x * (1 - alpha)) * phi(x * alpha) * alpha
+
+    # modes of the rig without the beam (clamp on springs + shakers)
+    _, _, _, A0, E0, _, _ = assemble(spec, layout, with_beam=False)
+    rig = scipy.linalg.eigvals(A0, E0)
+    rig = rig[np.isfinite(rig)]
+    rig = rig[np.argsort(np.abs(rig))]
+    chans = [layout.channel(c) for c in CHANNELS]
+    return Model(
+        spec=spec, layout=layout, fs=float(fs), scale=np.array([c.scale for c in chans]), offset=np.array([c.offset for c in chans]),
+        beam=b, nb=nb, nm=nm, A=A, E=E, MCK=MCK, B=B, C_raw=C_raw, channel_filters=filters, kept=lam,
+        lam=lam_all, fac=fac_all, Cy=Cy, Dy=Dy, Cv=Cv, Dv=Dv, Bz=Bz, Bz2=np.ascontiguousarray(Bz[:, :2]), a=a, c_now=c_now,
+        c_prev=c_prev, c_force=c_force, delay_samples=d, delay_fraction=alpha, rig_modes=rig,
+        max_condition=float(cond.max()),
+    )
+
+
+def zoh(s, dt) -> np.ndarray:
+    """Zero-order hold: ``(1 - e^{-s dt}) / (s dt)`` (1 at s = 0)."""
+    s = np.asarray(s, dtype=complex)
+    x = s * dt
+    safe = np.where(x == 0, 1.0, x)
+    return np.where(x == 0, 1.0, -np.expm1(-safe) / safe)
+
+
+def amplifier_input(shakers, v: np.ndarray) -> np.ndarray:
+    """The amplifier polynomial ``v + a2 v^2 + a3 v^3`` per actuator of the demand samples
+    ``v`` (2, N) [V] (before the gain; a copy)."""
+    out = np.array(v, dtype=float, copy=True)
+    for j, sh in enumerate(shakers):
+        if sh.nonlinear:
+            x = v[j]
+            out[j] = x + sh.quadratic * x * x + sh.cubic * x * x * x
+    return out
+
+
+def input_harmonics(shakers, voltage, orders, out_orders) -> np.ndarray:
+    """Harmonic coefficients (2, n_out) at ``out_orders`` of the amplifier-polynomial output of
+    the periodic demand ``voltage`` (2, n_orders) at ``orders`` (hbtest.harmonics convention)."""
+    orders = np.atleast_1d(np.asarray(orders, dtype=int))
+    V = np.asarray(voltage, dtype=complex).reshape(2, orders.size)
+    U = np.zeros((2, out_orders.size), complex)
+    if not any(s.nonlinear for s in shakers):
+        for i, k in enumerate(out_orders):
+            hit = np.flatnonzero(orders == k)
+            if hit.size:
+                U[:, i] = V[:, hit[0]]
+        U[:, out_orders == 0] = np.real(U[:, out_orders == 0])
+        return U
+    kmax = int(max(orders.max(), out_orders.max()))
+    M = 16 * (3 * kmax + 1)
+    ph = 2 * np.pi * np.arange(M) / M
+    v = np.real(V @ np.exp(1j * np.multiply.outer(orders, ph)))
+    p = amplifier_input(shakers, v)
+    X = np.fft.fft(p, axis=1) / M
+    for i, k in enumerate(out_orders):
+        U[:, i] = np.real(X[:, 0]) if k == 0 else 2 * X[:, k]
+    return U

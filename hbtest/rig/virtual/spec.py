@@ -1,0 +1,276 @@
+"""The ``[virtual]`` table of a rig file, parsed into frozen dataclasses (SI units inside; a
+file key carries its unit in its name and is converted when read).
+
+Geometry and signs (those of :mod:`hbtest.rig.virtual`): x along the beam from the pin axis,
+``u`` up, ``theta`` counter-clockwise. A shaker's ``position`` is the x [m] of its stinger on
+the clamp (0 = pin axis). Keys and defaults: ``instruments/virtual-cantilever.toml``.
+
+:func:`parse_virtual_kind` is the kind's ``parse(top, common)`` for
+:mod:`hbtest.rig.registry`: it reads only the ``[virtual]`` table; the PS beam it simulates is
+the rig file's ``[physical]`` table (``common.physical``), required for this kind.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import ConfigError
+from ...schema import BeamSpec, RigCommon, Section
+
+__all__ = [
+    "CHANNELS",
+    "ShakerSpec",
+    "ClampSpec",
+    "FrictionSpec",
+    "NoiseSpec",
+    "VirtualSpec",
+    "parse_virtual",
+    "parse_virtual_kind",
+]
+
+CHANNELS = ("l1", "l2", "g1", "g2")  # the twin's acquisition channels, in output order
+
+
+@dataclass(frozen=True)
+class ShakerSpec:
+    """An electrodynamic shaker with its amplifier and stinger (SI units).
+
+    position: x [m] of the stinger's attachment on the clamp (0 = pin axis);
+    amplifier_gain [V/V]; quadratic [1/V], cubic [1/V^2]: ``v_amp = g (v + a2 v^2 + a3 v^3)``;
+    resistance [ohm], inductance [H]; force_constant [N/A] (= back-EMF constant [V s/m]);
+    moving_mass [kg]; suspension stiffness [N/m] / damping [N s/m] (armature to ground);
+    stinger stiffness [N/m] / damping [N s/m] (axial, armature to clamp).
+    """
+
+    position: float
+    amplifier_gain: float
+    quadratic: float
+    cubic: float
+    resistance: float
+    inductance: float
+    force_constant: float
+    moving_mass: float
+    suspension_stiffness: float
+    suspension_damping: float
+    stinger_stiffness: float
+    stinger_damping: float
+
+    @property
+    def nonlinear(self) -> bool:
+        return self.quadratic != 0.0 or self.cubic != 0.0
+
+
+@dataclass(frozen=True)
+class ClampSpec:
+    """Rigid clamp on the slider: translating mass [kg] and rotary inertia about the pin axis
+    [kg m^2]; support springs/dashpots: translation [N/m, N s/m], rotation [N m/rad, N m s/rad]."""
+
+    mass: float
+    inertia: float
+    support_stiffness: float
+    support_damping: float
+    rotational_stiffness: float
+    rotational_damping: float
+
+
+@dataclass(frozen=True)
+class FrictionSpec:
+    """Regularised Coulomb friction: slider force [N] with velocity scale [m/s], pin torque
+    [N m] with angular-velocity scale [rad/s]. Zero amplitudes = off."""
+
+    slider_force: float = 0.0
+    slider_velocity: float = 1e-3
+    pin_torque: float = 0.0
+    pin_velocity: float = 0.05
+
+    @property
+    def active(self) -> bool:
+        return self.slider_force > 0.0 or self.pin_torque > 0.0
+
+
+@dataclass(frozen=True)
+class NoiseSpec:
+    """Sensor imperfections. laser_rms [m], gauge_rms [strain]: white noise at the ADC;
+    mains_hz, mains_amplitude [strain, of the fundamental at the gauge bridge],
+    mains_harmonics: relative amplitudes of mains multiples 1, 2, 3...; adc_bits (0 = ideal
+    converter), adc_range_v (+/- full scale)."""
+
+    laser_rms: float = 0.0
+    gauge_rms: float = 0.0
+    mains_hz: float = 50.0
+    mains_amplitude: float = 0.0
+    mains_harmonics: tuple = (1.0,)
+    adc_bits: int = 0
+    adc_range_v: float = 10.0
+
+
+@dataclass(frozen=True)
+class VirtualSpec:
+    """The parsed ``[virtual]`` table plus the PS beam it simulates (SI units)."""
+
+    seed: int
+    beam: BeamSpec
+    mesh_root_element: float
+    mesh_root_length: float
+    clamp: ClampSpec
+    shakers: tuple
+    friction: FrictionSpec
+    noise: NoiseSpec
+    actuation_delay: float
+    modal_cutoff_hz: float
+
+    def nodes(self, gauge_positions) -> np.ndarray:
+        """FE node positions [m]: ``beam.elements`` equal elements, refined to
+        ``mesh_root_element`` over ``[0, max(mesh_root_length, d2 + 10 mm)]``, nodes at the
+        gauges."""
+        L = self.beam.length
+        d2 = max(gauge_positions)
+        zone = min(L, max(self.mesh_root_length, d2 + 0.01))
+        n_zone = max(1, int(math.ceil(zone / self.mesh_root_element - 1e-9)))
+        x = np.concatenate([np.linspace(0.0, L, self.beam.elements + 1), np.linspace(0.0, zone, n_zone + 1)])
+        fixed = np.array([0.0, L, *gauge_positions])
+        x = np.unique(np.round(np.concatenate([x, fixed]), 12))
+        tol = 0.25 * min(self.mesh_root_element, L / self.beam.elements)
+        keep: list[float] = []
+        is_fixed = lambda v: bool(np.any(np.abs(fixed - v) < 1e-12))  # noqa: E731
+        for xi in x:
+            if is_fixed(xi):
+                while keep and not is_fixed(keep[-1]) and xi - keep[-1] < tol:
+                    keep.pop()
+                keep.append(float(xi))
+            elif not keep or xi - keep[-1] >= tol:
+                keep.append(float(xi))
+        x = np.array(keep)
+        x[0], x[-1] = 0.0, L
+        return x
+
+
+def _shaker(sec: Section) -> ShakerSpec:
+    s = ShakerSpec(
+        position=sec.number("position_mm", scale=1e-3, min=-1000, max=1000),
+        amplifier_gain=sec.number("amplifier_gain", positive=True, max=1000),
+        quadratic=sec.number("amplifier_quadratic_per_v", 0.0, min=-1, max=1),
+        cubic=sec.number("amplifier_cubic_per_v2", 0.0, min=-1, max=1),
+        resistance=sec.number("coil_resistance_ohm", positive=True, max=1000),
+        inductance=sec.number("coil_inductance_mh", scale=1e-3, positive=True, max=1000),
+        force_constant=sec.number("force_constant_n_per_a", positive=True, max=1000),
+        moving_mass=sec.number("moving_mass_g", scale=1e-3, positive=True, max=1e5),
+        suspension_stiffness=sec.number("suspension_stiffness_n_per_m", positive=True),
+        suspension_damping=sec.number("suspension_damping_n_s_per_m", 0.0, nonnegative=True),
+        stinger_stiffness=sec.number("stinger_stiffness_n_per_m", positive=True),
+        stinger_damping=sec.number("stinger_damping_n_s_per_m", 0.0, nonnegative=True),
+    )
+    sec.finish()
+    return s
+
+
+def parse_virtual(sec: Section, physical: BeamSpec, sensors, common) -> VirtualSpec:
+    """Parse and validate the ``[virtual]`` table of a rig file (keys: see
+    ``instruments/virtual-cantilever.toml``) for the PS beam ``physical`` and the
+    :class:`~hbtest.sensors.SensorLayout` ``sensors``; ``common``: the
+    :class:`~hbtest.schema.RigCommon` (or a mapping with ``sample_rate_hz`` and
+    ``actuators``). Every problem is a ConfigError naming the key."""
+    if isinstance(common, RigCommon):
+        fs, actuators = float(common.sample_rate_hz), tuple(common.actuators)
+    else:
+        fs, actuators = float(common["sample_rate_hz"]), tuple(common["actuators"])
+    seed = sec.integer("seed", 0, min=0, max=2**63 - 1)
+    delay = sec.number("actuation_delay_ms", 0.0, scale=1e-3, nonnegative=True, max=1000)
+    cutoff = sec.number("modal_cutoff_hz", 1500.0, min=50, max=100000)
+    root_el = sec.number("mesh_root_element_mm", 1.0, scale=1e-3, positive=True)
+    root_len = sec.number("mesh_root_length_mm", 40.0, scale=1e-3, nonnegative=True)
+    if root_el > physical.length / 4:
+        raise sec.error("mesh_root_element_mm", f"{root_el * 1e3:g} mm is too coarse for a {physical.length * 1e3:g} mm beam")
+    if root_len > physical.length:
+        raise sec.error("mesh_root_length_mm", f"{root_len * 1e3:g} mm exceeds the beam length {physical.length * 1e3:g} mm")
+    d1, d2 = sensors.gauge_positions
+    if d2 >= physical.length:
+        raise ConfigError(sec.source, "sensors.gauge_positions_mm", f"gauge at {d2 * 1e3:g} mm lies beyond the {physical.length * 1e3:g} mm beam")
+    n_el = int(math.ceil(min(physical.length, max(root_len, d2 + 0.01)) / root_el)) + physical.elements
+    if n_el > 3000:
+        raise sec.error("mesh_root_element_mm", f"mesh of about {n_el} elements is too fine (max 3000)")
+
+    cl = sec.sub("clamp")
+    clamp = ClampSpec(
+        mass=cl.number("mass_kg", positive=True),
+        inertia=cl.number("inertia_kg_m2", positive=True),
+        support_stiffness=cl.number("support_stiffness_n_per_m", positive=True),
+        support_damping=cl.number("support_damping_n_s_per_m", 0.0, nonnegative=True),
+        rotational_stiffness=cl.number("rotational_stiffness_nm_per_rad", positive=True),
+        rotational_damping=cl.number("rotational_damping_nms_per_rad", 0.0, nonnegative=True),
+    )
+    cl.finish()
+
+    shaker_secs = sec.subs("shakers")
+    if len(shaker_secs) != len(actuators):
+        raise sec.error("shakers", f"needs one [[virtual.shakers]] table per actuator ({len(actuators)}: {', '.join(actuators)}), got {len(shaker_secs)}")
+    shakers = []
+    for i, s in enumerate(shaker_secs):
+        name = s.string("actuator", actuators[i])
+        if name != actuators[i]:
+            raise s.error("actuator", f"shaker {i} drives actuator {actuators[i]!r} (order of [rig].actuators), not {name!r}")
+        shakers.append(_shaker(s))
+    if abs(shakers[0].position - shakers[1].position) < 1e-3:
+        raise shaker_secs[1].error("position_mm", "the two stingers act at the same point: rotation cannot be controlled (need a lever arm)")
+
+    fr = sec.sub("friction", required=False)
+    friction = FrictionSpec(
+        slider_force=fr.number("slider_coulomb_n", 0.0, nonnegative=True, max=1000),
+        slider_velocity=fr.number("slider_velocity_mm_per_s", 1.0, scale=1e-3, positive=True),
+        pin_torque=fr.number("pin_coulomb_nm", 0.0, nonnegative=True, max=1000),
+        pin_velocity=fr.number("pin_velocity_rad_per_s", 0.05, positive=True),
+    )
+    fr.finish()
+    # explicit friction: the regularised slope must be small against mass / dt
+    dt = 1.0 / fs
+    m_u = clamp.mass + sum(s.moving_mass for s in shakers)
+    j_t = clamp.inertia + sum(s.moving_mass * s.position**2 for s in shakers)
+    if friction.slider_force / friction.slider_velocity * dt / m_u > 0.5:
+        raise fr.error("slider_velocity_mm_per_s", "too small for the Coulomb force at this sample rate (explicit friction would chatter): raise it")
+    if friction.pin_torque / friction.pin_velocity * dt / j_t > 0.5:
+        raise fr.error("pin_velocity_rad_per_s", "too small for the Coulomb torque at this sample rate (explicit friction would chatter): raise it")
+
+    nz = sec.sub("noise", required=False)
+    laser_rms = nz.number("laser_rms_um", 0.0, scale=1e-6, nonnegative=True, max=1e4)
+    gauge_rms = nz.number("gauge_rms_microstrain", 0.0, scale=1e-6, nonnegative=True, max=1e4)
+    nz.finish()
+    mn = sec.sub("mains", required=False)
+    mains_hz = mn.number("frequency_hz", 50.0, positive=True)
+    mains_amp = mn.number("amplitude_microstrain", 0.0, scale=1e-6, nonnegative=True, max=1e4)
+    mains_h = mn.numbers("harmonics", [1.0], nonnegative=True)
+    if not mains_h:
+        raise mn.error("harmonics", "needs at least one relative amplitude (fundamental first)")
+    if mains_hz * len(mains_h) >= fs / 2:
+        raise mn.error("harmonics", f"mains multiple {len(mains_h)} x {mains_hz:g} Hz lies above the Nyquist frequency {fs / 2:g} Hz")
+    mn.finish()
+    adc = sec.sub("adc", required=False)
+    bits = adc.integer("bits", 16, min=0, max=32)
+    if 0 < bits < 8:
+        raise adc.error("bits", f"must be 0 (ideal) or 8..32, got {bits}")
+    rng_v = adc.number("range_v", 10.0, positive=True, max=1000)
+    adc.finish()
+    noise = NoiseSpec(laser_rms, gauge_rms, mains_hz, mains_amp, tuple(mains_h), bits, rng_v)
+    sec.finish()
+    return VirtualSpec(
+        seed=seed,
+        beam=physical,
+        mesh_root_element=root_el,
+        mesh_root_length=root_len,
+        clamp=clamp,
+        shakers=tuple(shakers),
+        friction=friction,
+        noise=noise,
+        actuation_delay=delay,
+        modal_cutoff_hz=cutoff,
+    )
+
+
+def parse_virtual_kind(top: Section, common: RigCommon) -> VirtualSpec:
+    """The virtual kind's parser (:class:`hbtest.rig.registry.RigKind`): ``[virtual]`` of the
+    rig file, for the ``[physical]`` beam and the sensor layout in ``common``."""
+    if common.physical is None:
+        raise ConfigError(common.path, "physical", "a virtual rig needs the [physical] beam it simulates")
+    return parse_virtual(top.sub("virtual"), common.physical, common.sensors, common)

@@ -1,0 +1,177 @@
+"""The shape of the house (DESIGN.md): no import cycle among hbtest modules, TOML is read only
+by the config layer, and the leaf modules stay leaves.
+
+Every ``hbtest`` module is parsed with :mod:`ast` (nothing is imported). Its imports are
+collected at module level *and* inside functions/classes (a lazy import still couples two
+rooms), relative imports resolved; only imports under ``if TYPE_CHECKING:`` are ignored (never
+executed). ``import a.b.c`` from outside package ``a.b`` also runs ``a/__init__`` and
+``a/b/__init__``: those edges are included. Works on whatever modules exist (packages being
+split by other work included).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "hbtest"
+TOML_READERS = {"hbtest.config", "hbtest.schema"}
+# leaf modules and the hbtest modules each may import (registry.md, DESIGN.md)
+LEAVES = {
+    "hbtest.errors": set(),
+    "hbtest.schema": {"hbtest.errors", "hbtest.structures"},  # structures: lazily, in BeamSpec.build
+    "hbtest.rig.registry": {"hbtest.errors"},
+}
+
+
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules(root: Path = PACKAGE) -> dict[str, Path]:
+    return {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+
+
+def is_type_checking_block(node: ast.AST) -> bool:
+    if not isinstance(node, ast.If):
+        return False
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def import_nodes(tree: ast.AST):
+    """Every Import/ImportFrom node, at any depth, outside ``if TYPE_CHECKING:`` blocks."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        if is_type_checking_block(node):
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def imported_names(name: str, path: Path, known=frozenset()) -> set[str]:
+    """Absolute names of the modules ``name`` imports. ``from pkg import x``: ``pkg.x`` when
+    that is a ``known`` module (a submodule), else ``pkg`` (an attribute of it)."""
+    is_package = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in import_nodes(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+            continue
+        if node.level:
+            base = name.split(".")
+            if not is_package:
+                base = base[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            stem = ".".join(base + ([node.module] if node.module else []))
+        else:
+            stem = node.module
+        for a in node.names:
+            sub = f"{stem}.{a.name}"
+            out.add(sub if sub in known else stem)
+    return out
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (directly, or as parent packages run)."""
+    mods = modules(root)
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        edges = set()
+        for target in imported_names(name, path, mods.keys()):
+            parts = target.split(".")
+            for i in range(1, len(parts) + 1):
+                t = ".".join(parts[:i])
+                if t not in mods or t == name:
+                    continue
+                is_ancestor_of_importer = name.startswith(t + ".")
+                if i < len(parts) and is_ancestor_of_importer:
+                    continue  # a parent package of the importer is already initialised
+                edges.add(t)
+        graph[name] = edges
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle as a list of modules (first == last), or None. Iterative three-colour DFS."""
+    WHITE, GREY, BLACK = 0, 1, 2
+    colour = {n: WHITE for n in graph}
+    for root in sorted(graph):
+        if colour[root] != WHITE:
+            continue
+        path = [root]
+        iters = [iter(sorted(graph[root]))]
+        colour[root] = GREY
+        while iters:
+            nxt = next(iters[-1], None)
+            if nxt is None:
+                colour[path.pop()] = BLACK
+                iters.pop()
+            elif colour[nxt] == GREY:
+                return path[path.index(nxt) :] + [nxt]
+            elif colour[nxt] == WHITE:
+                colour[nxt] = GREY
+                path.append(nxt)
+                iters.append(iter(sorted(graph[nxt])))
+    return None
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"a"}}) == ["a", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"d"}, "c": {"d"}, "d": set()}) is None
+
+
+def test_imports_resolve_on_a_small_package(tmp_path):
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/base.py": "import numpy\n",
+        "pkg/sub/__init__.py": "from .leaf import X\n",
+        "pkg/sub/leaf.py": "from .. import base\nfrom ..base import numpy\nX = 1\n",
+        "pkg/sub/user.py": (
+            "from typing import TYPE_CHECKING\nfrom . import leaf\nfrom .. import sub\n"
+            "if TYPE_CHECKING:\n    from pkg import lazy\n"
+            "def f():\n    import pkg.other.deep\n"
+        ),
+        "pkg/other/__init__.py": "",
+        "pkg/other/deep.py": "",
+        "pkg/lazy.py": "",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    g = import_graph(tmp_path / "pkg")
+    assert module_name(tmp_path / "pkg" / "sub" / "__init__.py", tmp_path / "pkg") == "pkg.sub"
+    assert g["pkg.base"] == set()
+    assert g["pkg.sub"] == {"pkg.sub.leaf"}
+    assert g["pkg.sub.leaf"] == {"pkg.base"}
+    # own package by name (an attribute import), a submodule, a function-level import with the
+    # parent packages it runs; the TYPE_CHECKING import is not followed
+    assert g["pkg.sub.user"] == {"pkg.sub.leaf", "pkg.sub", "pkg.other", "pkg.other.deep"}
+    assert find_cycle(g) is None
+    (tmp_path / "pkg" / "base.py").write_text("def f():\n    from .sub import user\n")
+    assert find_cycle(import_graph(tmp_path / "pkg")) is not None  # base -> sub.user -> sub -> leaf -> base
+
+
+def test_no_import_cycle_among_hbtest_modules():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_only_the_config_layer_imports_tomllib():
+    readers = {n for n, p in modules().items() if any(t.split(".")[0] == "tomllib" for t in imported_names(n, p))}
+    assert readers <= TOML_READERS, readers - TOML_READERS
+
+
+@pytest.mark.parametrize("leaf", sorted(LEAVES))
+def test_leaf_modules_stay_leaves(leaf):
+    g = import_graph()
+    assert leaf in g
+    assert g[leaf] <= LEAVES[leaf], g[leaf] - LEAVES[leaf]
