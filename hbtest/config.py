@@ -335,7 +335,7 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
 
 
 def _profile_names():
-    from .point.profiles import PROFILES  # the registry of solver profiles (by name)
+    from .point import PROFILES  # the registry of solver profiles (by name)
 
     return PROFILES
 

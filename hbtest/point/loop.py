@@ -23,6 +23,7 @@ import numpy as np
 from .. import harmonics, solver
 from ..errors import RigTrip
 from ..sensors import InterfaceMeasurement, measure_interface, measure_interface_from_coefficients
+from .base import get_profile
 from .numerical import NumericalSide
 
 __all__ = ["PointSettings", "Evaluation", "PointOutcome", "Carry", "PointLoop", "STOP_REASONS", "OVERRANGE_FRACTION"]
@@ -140,8 +141,6 @@ class PointLoop:
     (:data:`hbtest.point.profiles.PROFILES`)."""
 
     def __init__(self, rig, ns, force_vector, settings: PointSettings, progress=None):
-        from .profiles import get_profile
-
         self.rig = rig
         self.ns = ns
         self.force_vector = force_vector

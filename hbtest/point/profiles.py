@@ -23,56 +23,14 @@ windows, settling and steps on top of the measuring machinery of
 
 from __future__ import annotations
 
-import abc
-
 import numpy as np
 
 from .. import harmonics, solver
+from .base import PROFILES, SolverProfile, get_profile, register_profile
 from .loop import Carry, Evaluation, Measured, PointLoop, PointOutcome, PointSettings
 from .numerical import NumericalSide
 
 __all__ = ["SolverProfile", "PublishedProfile", "HbtestProfile", "PROFILES", "get_profile", "register_profile"]
-
-
-class SolverProfile(abc.ABC):
-    """Base class: window sizing, settling rule, mains rejection and the iteration."""
-
-    name = ""
-    #: estimate and subtract the known mains frequencies in the harmonic fit
-    reject_mains = False
-
-    def initial_window(self, s: PointSettings) -> int:
-        """Periods of the first averaging window."""
-        return int(s.averaging_periods)
-
-    def next_window(self, window: int, noise: float, transient_tol: float, s: PointSettings) -> int:
-        """Periods of the next window, given the residual noise of the last [m]."""
-        return window
-
-    def settled(self, d: float, prev_d: float | None, noise: float, transient_tol: float) -> bool:
-        """Is the response settled, given the residual change ``d`` between the last two
-        windows (and ``prev_d`` before that)?"""
-        return d < transient_tol
-
-    @abc.abstractmethod
-    def run(self, loop: PointLoop, num: NumericalSide, carry: Carry, history: list) -> PointOutcome:
-        """Iterate one point; append every rig evaluation to ``history``."""
-
-
-PROFILES: dict[str, type[SolverProfile]] = {}
-
-
-def register_profile(cls: type[SolverProfile]) -> type[SolverProfile]:
-    """Class decorator: make a profile available under ``cls.name``."""
-    PROFILES[cls.name] = cls
-    return cls
-
-
-def get_profile(name: str) -> SolverProfile:
-    try:
-        return PROFILES[name]()
-    except KeyError:
-        raise ValueError(f"unknown solver profile {name!r}; known: {', '.join(PROFILES)}") from None
 
 
 @register_profile

@@ -178,13 +178,10 @@ def tolerance_from_attrs(attrs: dict) -> tuple[float | None, str]:
     doc = None
     text = attrs.get("sweep_text")
     if text:
-        import tomllib
-
-        from ..config import apply_overrides
+        from ..config import load_toml
 
         try:
-            doc = tomllib.loads(text)
-            apply_overrides(doc, attrs.get("overrides") or [], "store")
+            doc, _ = load_toml("store", attrs.get("overrides") or [], text=text)
         except Exception:  # provenance text only: never fail a plot on it
             doc = None
     test = doc.get("test", {}) if isinstance(doc, dict) else {}

@@ -1,0 +1,51 @@
+"""The solver-profile base class and the registry of profiles by name (the sweep file's
+``solver.profile``). Concrete profiles live in :mod:`hbtest.point.profiles`."""
+
+from __future__ import annotations
+
+import abc
+
+__all__ = ["SolverProfile", "PROFILES", "register_profile", "get_profile"]
+
+
+class SolverProfile(abc.ABC):
+    """Base class: window sizing, settling rule, mains rejection and the iteration."""
+
+    name = ""
+    #: estimate and subtract the known mains frequencies in the harmonic fit
+    reject_mains = False
+
+    def initial_window(self, s) -> int:
+        """Periods of the first averaging window."""
+        return int(s.averaging_periods)
+
+    def next_window(self, window: int, noise: float, transient_tol: float, s) -> int:
+        """Periods of the next window, given the residual noise of the last [m]."""
+        return window
+
+    def settled(self, d: float, prev_d: float | None, noise: float, transient_tol: float) -> bool:
+        """Is the response settled, given the residual change ``d`` between the last two
+        windows (and ``prev_d`` before that)?"""
+        return d < transient_tol
+
+    @abc.abstractmethod
+    def run(self, loop, num, carry, history: list):
+        """Iterate one point; append every rig evaluation to ``history``."""
+
+
+PROFILES: dict[str, type[SolverProfile]] = {}
+
+
+def register_profile(cls: type[SolverProfile]) -> type[SolverProfile]:
+    """Class decorator: make a profile available under ``cls.name``."""
+    PROFILES[cls.name] = cls
+    return cls
+
+
+def get_profile(name: str) -> SolverProfile:
+    try:
+        return PROFILES[name]()
+    except KeyError:
+        raise ValueError(f"unknown solver profile {name!r}; known: {', '.join(PROFILES)}") from None
+
+
