@@ -22,6 +22,20 @@ __all__ = ["GrowthRate", "growth_rate", "fundamental_amplitude", "delay_and_ampl
 
 _TWO_PI = 2.0 * np.pi
 
+GROWTH_SPAN = 1e3
+"""Growth (ratio of envelope levels) beyond which a response counts as blowing up: the forced
+part is then negligible and only the upper half (in log scale) of the envelope is fitted."""
+
+ENVELOPE_FLOOR = 1e-12
+"""Envelope points below this fraction of the largest are round-off and not fitted."""
+
+UNSTABLE_GROWTH = 1.5
+"""An envelope that grows by more than this factor over the fit (beyond 3 standard errors)
+is unstable."""
+
+GROWTH_RTOL = 1e-3
+"""Relative change of the growth rate that ends the forced-response refinement."""
+
 
 @dataclass(frozen=True)
 class GrowthRate:
@@ -59,7 +73,7 @@ def fundamental_amplitude(t: np.ndarray, y: np.ndarray, frequency_hz: float, n_p
 
 
 def _blowing_up(t: np.ndarray, Y: np.ndarray, skip_fraction: float) -> bool:
-    """True when the raw response grows by more than 1e3 from its smallest level after
+    """True when the raw response grows by more than :data:`GROWTH_SPAN` from its smallest level after
     ``skip_fraction`` to the end (the forced part is then negligible where it is fitted)."""
     a = np.abs(Y).max(axis=1)
     n = a.size
@@ -67,7 +81,7 @@ def _blowing_up(t: np.ndarray, Y: np.ndarray, skip_fraction: float) -> bool:
     m = max(1, n // 20)
     start = a[i0 : i0 + m].max() if i0 + m <= n else a[i0:].max()
     end = a[n - m :].max()
-    return bool(start > 0 and end > 1e3 * start)
+    return bool(start > 0 and end > GROWTH_SPAN * start)
 
 
 def _envelope_fit(t: np.ndarray, Y: np.ndarray, skip_fraction: float) -> GrowthRate:
@@ -97,11 +111,11 @@ def _envelope_fit(t: np.ndarray, Y: np.ndarray, skip_fraction: float) -> GrowthR
     imax = blocks.argmax(axis=1)
     env = blocks[np.arange(nw), imax]
     tc = t[: nw * win].reshape(nw, win)[np.arange(nw), imax]  # time of each window's peak
-    keep = (tc >= t[0] + skip_fraction * (t[-1] - t[0])) & (env > 1e-12 * env.max())
+    keep = (tc >= t[0] + skip_fraction * (t[-1] - t[0])) & (env > ENVELOPE_FLOOR * env.max())
     le = np.log(np.where(env > 0, env, np.nan))
     if keep.sum() >= 3:
         lk = le[keep]
-        if lk[-1] - lk.min() > math.log(1e3):
+        if lk[-1] - lk.min() > math.log(GROWTH_SPAN):
             lo = lk.min() + 0.5 * (lk[-1] - lk.min())
             upper = keep & (le >= lo) & (tc >= tc[keep][np.argmin(lk)])
             keep = upper if upper.sum() >= 4 else keep & (tc >= tc[keep][np.argmin(lk)])
@@ -114,7 +128,7 @@ def _envelope_fit(t: np.ndarray, Y: np.ndarray, skip_fraction: float) -> GrowthR
     cov = np.linalg.inv(X.T @ X) * float(r @ r) / dof
     rate, se = float(coef[1]), float(np.sqrt(max(cov[1, 1], 0.0)))
     span = float(tc[keep][-1] - tc[keep][0])
-    unstable = bool(rate > max(3 * se, math.log(1.5) / max(span, dt)))
+    unstable = bool(rate > max(3 * se, math.log(UNSTABLE_GROWTH) / max(span, dt)))
     # refine the frequency over the fitted span (the FFT of a short, growing record is
     # coarse): peaks of |y| of the channel with the largest normalised late amplitude are half
     # a period apart; parabolic interpolation places each peak between samples
@@ -173,7 +187,7 @@ def growth_rate(t: np.ndarray, y: np.ndarray, forcing_hz: float = 0.0, skip_frac
         coef, *_ = np.linalg.lstsq(X[i0:], Y[i0:], rcond=None)
         R = Y - X[:, :3] @ coef[:3]
         new = _envelope_fit(t, R, skip_fraction)
-        if est is not None and np.isfinite(new.rate) and abs(new.rate - est.rate) <= 1e-3 * (1 + abs(new.rate)):
+        if est is not None and np.isfinite(new.rate) and abs(new.rate - est.rate) <= GROWTH_RTOL * (1 + abs(new.rate)):
             return new
         est = new
     return est
