@@ -4,7 +4,9 @@ for each delay compensator: from time-domain simulation of the classical real-ti
 response grows) next to the stability prediction of the compensated delay equation
 (:func:`hbtest.classical.critical_delay_predicted`, :mod:`hbtest.stability`).
 
-Run: ``PYTHONPATH=. python benchmarks/classical_compensators.py [--dt 2e-4] [--duration 3]``.
+Run: ``python benchmarks/classical_compensators.py [--dt 2e-4] [--duration 3]`` (imports the
+repository's ``hbtest``). Prints a table, then ``key=value`` lines: per compensator the
+simulated and predicted critical delays [s] and their ratio.
 Adaptive compensators have no linear prediction of their own: AFP is predicted frozen at
 the horizon and amplitude gain it adapted to in a run at that delay (it lowers the amplitude
 gain below 1 at long delays, which the fixed predictor cannot), MCS not at all.
@@ -14,10 +16,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
+from pathlib import Path
 
-from hbtest import classical as cl
-from hbtest import stability as st
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hbtest import classical as cl  # noqa: E402
+from hbtest import stability as st  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -42,22 +48,23 @@ def main(argv=None) -> int:
         """AFP after a free-response run at this delay: its adapted horizon and amplitude
         gain are then frozen for the linear prediction."""
         comp = cl.AdaptiveForwardPredictor(N, n, rho0=0.0)
-        cl.simulate(system, cl.TransferSystem("delay", tau), comp, dt, args.duration, initial_displacement=[1e-3], emulated=False)
+        cl.simulate(system, cl.TransferSystem("delay", tau), comp, dt, args.duration, initial_displacement=[cl.FREE_RESPONSE_DISPLACEMENT], emulated=False)
         return comp
 
-    cases = [
-        ("none", lambda tau: None, lambda tau: None),
-        (f"poly N={N} n={n} (horizon = delay)", lambda tau: cl.PolynomialPredictor(N, n, tau), lambda tau: cl.PolynomialPredictor(N, n, tau)),
-        ("afp (from horizon 0; predicted frozen where it adapted)", lambda tau: cl.AdaptiveForwardPredictor(N, n, rho0=0.0), adapted_afp),
-        ("inverse model (identified lag + delay)", identified, identified),
-        ("mcs", lambda tau: cl.MinimalControlSynthesis(), None),
+    cases = [  # (label, key, compensator for the simulation, compensator for the prediction)
+        ("none", "none", lambda tau: None, lambda tau: None),
+        (f"poly N={N} n={n} (horizon = delay)", "poly", lambda tau: cl.PolynomialPredictor(N, n, tau), lambda tau: cl.PolynomialPredictor(N, n, tau)),
+        ("afp (from horizon 0; predicted frozen where it adapted)", "afp", lambda tau: cl.AdaptiveForwardPredictor(N, n, rho0=0.0), adapted_afp),
+        ("inverse model (identified lag + delay)", "inverse", identified, identified),
+        ("mcs", "mcs", lambda tau: cl.MinimalControlSynthesis(), None),
     ]
     closed = st.sdof_critical_delay(m, c, k, ks)
     print(f"Split oscillator m={m:g} kg, c={c:g} N s/m, k={k:g} N/m, ks={ks:g} N/m; dt = {dt * 1e3:g} ms, {args.duration:g} s per trial")
     print(f"closed-form critical delay without compensation: {closed.delay_s * 1e3:.4f} ms at {closed.frequency_hz:.3f} Hz "
           f"(small-delay estimate c/ks = {st.small_delay_estimate(c, ks) * 1e3:.4f} ms)")
     print(f"{'compensator':<58} {'simulated [ms]':>15} {'predicted [ms]':>15} {'ratio':>7} {'time [s]':>9}")
-    for name, sim_comp, pred_comp in cases:
+    lines = []
+    for name, key, sim_comp, pred_comp in cases:
         t0 = time.perf_counter()
         tc_sim = cl.critical_delay_simulated(system, sim_comp, dt, duration=args.duration, rtol=args.rtol)
         tc_pred = cl.critical_delay_predicted(system, pred_comp, dt) if pred_comp is not None else float("nan")
@@ -65,6 +72,9 @@ def main(argv=None) -> int:
         ratio = tc_sim / tc_pred if math.isfinite(tc_pred) and tc_pred > 0 else float("nan")
         fmt = lambda x: "n/a" if not math.isfinite(x) else f"{x * 1e3:.4f}"  # noqa: E731
         print(f"{name:<58} {fmt(tc_sim):>15} {fmt(tc_pred):>15} {ratio:>7.3f} {el:>9.1f}", flush=True)
+        lines += [f"critical_delay_simulated_{key}_s={tc_sim:.6g}", f"critical_delay_predicted_{key}_s={tc_pred:.6g}",
+                  f"critical_delay_ratio_{key}={ratio:.4f}"]
+    print("\n".join(lines))
     return 0
 
 

@@ -3,15 +3,20 @@ delay-equation analysis of hbtest.stability, compensators, identification, CLI."
 
 from __future__ import annotations
 
+import hashlib
 import json
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.integrate
 
 from hbtest import classical as cl
+from hbtest import harmonics
 from hbtest import stability as st
 from hbtest.cli import main
+from hbtest.store import RunStore, open_run
 
 M, C, K, KS = 1.0, 6.3, 4000.0, 4000.0
 DT = 2e-4
@@ -46,7 +51,7 @@ def test_ps_state_space_is_the_condensed_dynamic_stiffness():
     from hbtest.substructure import split_beam
 
     _, ps, _ = split_beam(0.53, 0.17, 0.0254, 1e-3, 217e9, 8210.0, elements_per_metre=40, zeta_mass=0.9, zeta_stiffness=7e-5)
-    A, B, Cm, D = cl._ps_state_space(ps)
+    A, B, Cm, D = cl.ps_state_space(ps)
     for f in (3.0, 18.0, 140.0):
         s = 2j * np.pi * f
         G = Cm @ np.linalg.solve(s * np.eye(A.shape[0]) - A, B) + D  # (2, 6): inputs x, x', x''
@@ -60,7 +65,7 @@ def test_transfer_system_response_matches_its_frequency_response(tr):
     t = dt * np.arange(int(1.0 / dt))
     x = tr.respond(np.cos(2 * np.pi * f * t), dt)
     last = t >= 0.5  # settled, whole periods
-    c = cl.harmonic_fit(t[last], x[last], f)[1]
+    c = harmonics.fit(t[last], x[last], f, (0, 1)).coefficients[1]
     assert abs(c - tr.frequency_response(2j * np.pi * f)) < 1e-4
 
 
@@ -119,7 +124,7 @@ def test_delay_free_limit_matches_emulated_steady_state(sdof):
     Z = res.steady_amplitude(10)[0]
     Ze = 2.0 * sdof.interface_response(f)[0]
     assert abs(Z - Ze) / abs(Ze) < 2e-3
-    zem_amp = cl.harmonic_fit(res.t[-2000:], res.z_emulated[-2000:, 0], f)[1]
+    zem_amp = harmonics.fit(res.t[-2000:], res.z_emulated[-2000:, 0], f, (0, 1)).coefficients[1]
     assert abs(zem_amp - Ze) / abs(Ze) < 3e-3  # the emulated run has (nearly) settled too
     assert res.rms_global_error() < 2e-3 * np.abs(Ze)
 
@@ -220,10 +225,8 @@ def test_loop_needs_a_delay_of_one_step(sdof):
 
 
 def test_classical_point_frf_matches_delayed_loop_steady_state(sdof, tau_c):
-    from hbtest.commands.classical import classical_point
-
     tau, f = 0.5 * tau_c, 8.0
-    p = classical_point(sdof, cl.TransferSystem("delay", tau), f, DT, 6.0, 1.0)
+    p = cl.classical_point(sdof, cl.TransferSystem("delay", tau), f, DT, 6.0, 1.0)
     assert p["stable"]
     T = st.sdof_system(M, C, K, KS).equation(tau).matrix(2j * np.pi * f)
     H_loop = 1.0 / T[0, 0]  # steady state of the delayed loop
@@ -233,21 +236,77 @@ def test_classical_point_frf_matches_delayed_loop_steady_state(sdof, tau_c):
 
 
 def test_cantilever_classical_unstable_at_one_millisecond(tmp_path):
-    from hbtest.commands.classical import classical_point
     from hbtest.config import load_sweep
 
     cfg = load_sweep("sweeps/paper-cantilever.toml")
     sysm = cl.cantilever_benchmark(cfg)
-    p = classical_point(sysm, cl.TransferSystem("delay", 1e-3), 18.0, DT, 2.0, cfg.excitation.amplitude)
+    p = cl.classical_point(sysm, cl.TransferSystem("delay", 1e-3), 18.0, DT, 2.0, cfg.excitation.amplitude)
     assert not p["stable"] and p["growth_rate_per_s"] > 100
     # the neutral root chain of the split beam (interface inertia through the delay): the
     # simulated growth converges to the delay equation's root near 500 Hz as dt shrinks
-    fine = classical_point(sysm, cl.TransferSystem("delay", 1e-3), 18.0, 5e-5, 0.5, cfg.excitation.amplitude)
+    fine = cl.classical_point(sysm, cl.TransferSystem("delay", 1e-3), 18.0, 5e-5, 0.5, cfg.excitation.amplitude)
     s0 = fine["growth_rate_per_s"] + 2j * np.pi * fine["dominant_frequency_hz"]
     roots, ok = sysm.stability_system().equation(1e-3).polish(np.array([s0]))  # Newton on det T(s) from the simulated root
     assert ok[0]
     assert fine["growth_rate_per_s"] == pytest.approx(roots[0].real, rel=0.05)
     assert fine["dominant_frequency_hz"] == pytest.approx(abs(roots[0].imag) / (2 * np.pi), rel=0.02)
+
+
+def test_registries_build_every_kind_by_name():
+    tr = cl.make_transfer("lag1", 1e-3, cl.LagParameters(time_constant=4e-3))
+    assert tr == cl.TransferSystem("lag1", 1e-3, time_constant=4e-3)
+    assert tr.low_frequency_delay == pytest.approx(5e-3)
+    assert set(cl.TRANSFERS) == {"delay", "lag1", "lag2"}
+    for kind in cl.TRANSFERS:
+        assert cl.make_transfer(kind, 2e-3).kind == kind
+    classes = {"none": cl.NoCompensation, "poly": cl.PolynomialPredictor, "afp": cl.AdaptiveForwardPredictor,
+               "inverse": cl.InverseModelCompensator, "mcs": cl.MinimalControlSynthesis}
+    assert set(cl.COMPENSATORS) == set(classes)
+    for name, cls in classes.items():
+        comp, info = cl.make_compensator(name, cl.TransferSystem("delay", 1e-3), DT)
+        assert isinstance(comp, cls) and comp.name == name and info["name"] == name
+    _, info = cl.make_compensator("poly", cl.TransferSystem("delay", DT), DT)
+    np.testing.assert_allclose(info["weights"], [3, -3, 1], atol=1e-9)  # horizon defaults to the delay
+    with pytest.raises(ValueError, match="unknown compensator"):
+        cl.make_compensator("smith", cl.TransferSystem("delay", 1e-3), DT)
+    with pytest.raises(ValueError, match="samples"):
+        cl.make_compensator("poly", cl.TransferSystem("delay", 1e-3), DT, cl.CompensatorOptions(order=3, samples=2))
+
+
+def test_run_size_is_bounded(sdof):
+    assert cl.check_run_size(1e-3, 2.0, 5e-3) == 2000
+    with pytest.raises(ValueError, match="steps"):
+        cl.check_run_size(1e-9, 10.0)
+    with pytest.raises(ValueError, match="delay"):
+        cl.check_run_size(1e-3, 1.0, 2.0)
+    with pytest.raises(ValueError, match="steps"):
+        cl.simulate(sdof, cl.TransferSystem("delay", 1e-3), None, 1e-3, (cl.MAX_STEPS + 10) * 1e-3)
+
+
+def test_chain_benchmark_matches_three_mass_benchmark():
+    chain = dict(masses=[1.0, 0.5, 1.0], springs=[1000.0, 2000.0, 2000.0, 1000.0], dampers=[1.0, 0.5, 0.5, 1.0],
+                 left_wall=True, right_wall=True, interface=[0, 2], physical_masses=[1], physical_links=[1, 2])
+    a = cl.chain_benchmark(chain, "x2")
+    b = cl.three_mass_benchmark(force_on=2)
+    for f in (2.0, 7.5, 13.0):
+        np.testing.assert_allclose(a.interface_response(f), b.interface_response(f), rtol=1e-10)
+    with pytest.raises(KeyError, match="numerical DOFs"):
+        cl.chain_benchmark(chain, "x1")
+
+
+def test_plots_return_figures_without_choosing_a_backend(monkeypatch, sdof, tmp_path):
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    def refuse(*a, **k):
+        raise AssertionError("the library must not choose a matplotlib backend")
+
+    monkeypatch.setattr(matplotlib, "use", refuse)
+    res = cl.simulate(sdof, cl.TransferSystem("delay", 1e-3), None, DT, 0.2, initial_displacement=[1e-3])
+    for fig in (cl.subspace_figure(res), cl.run_figure(res, "title")):
+        assert isinstance(fig, Figure)
+        fig.savefig(tmp_path / "f.png")
+        assert (tmp_path / "f.png").stat().st_size > 1000
 
 
 # ---------------------------------------------------------------------------------------
@@ -286,6 +345,12 @@ def test_cli_user_errors(capsys, argv, needle):
     assert needle in err and "Traceback" not in err
 
 
+def test_cli_chain_unknown_force_dof(capsys):
+    assert main(["classical", "chain", "sweeps/three-mass-chain.toml", "--delay", "5e-3", "--force-dof", "x1"]) == 2
+    err = capsys.readouterr().err
+    assert "--force-dof" in err and "x0, x2" in err and err.count("\n") == 1
+
+
 def test_cli_chain(capsys):
     rc = main(["classical", "chain", "sweeps/three-mass-chain.toml", "--delay", "5e-3", "--duration", "2", "--json"])
     assert rc == 0
@@ -299,14 +364,97 @@ def test_cli_compare_bad_file(capsys):
     assert "no-such-sweep.toml" in capsys.readouterr().err
 
 
+def _old_store(path: Path) -> Path:
+    """A small hbtest run store (what a previous sweep left) at ``path``."""
+    RunStore.create(path, frequencies_hz=[17.0, 18.0], harmonics=[1], actuators=["force", "moment"], max_iterations=2,
+                    attrs={"sweep_path": "old.toml"})
+    return path
+
+
+def _tree_hash(root: Path) -> dict:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
 def test_cli_compare_cantilever(capsys, tmp_path):
     # reduced grid (about 4 s with the virtual twin); mark slow if the sweep gets slower
     png = tmp_path / "compare.png"
+    store = _old_store(tmp_path / "run.zarr")  # replaced: --overwrite
     rc = main(["compare", "sweeps/paper-cantilever.toml", "--delay", "1e-3", "--set", "sweep.points=3", "--duration", "2",
-               "--plot", str(png), "--json"])
+               "--plot", str(png), "--store", str(store), "--overwrite", "--json"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     assert out["summary"]["n_points"] == 3
     assert out["summary"]["classical_unstable"] == 3
     assert out["summary"]["iterative_converged"] == 3
     assert png.stat().st_size > 1000
+    ds = open_run(store)  # the sweep's store replaced the old one
+    assert ds["frequency"].size == 3 and ds.attrs["status"] == "completed"
+    # the iterative FRFs are the store's (hbtest.frf): small error against the twin's exact reference
+    from hbtest.frf import relative_error
+
+    err = relative_error(ds).sel(dof="u").values
+    assert [p["iterative"]["frf_error"] for p in out["points"]] == pytest.approx(list(err), rel=1e-12)
+    assert out["summary"]["iterative_max_frf_error"] < 0.05
+
+
+@pytest.fixture
+def no_compare_run(monkeypatch):
+    """Fail if the comparison starts: every check must come first."""
+
+    def refuse(*a, **k):
+        raise AssertionError("compare started before its checks")
+
+    monkeypatch.setattr(cl, "compare_sweep", refuse)
+
+
+def _one_line_error(capsys, argv) -> str:
+    t0 = time.perf_counter()
+    rc = main(argv)
+    elapsed = time.perf_counter() - t0
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert err.count("\n") == 1 and err.startswith("hbtest: error: ") and "Traceback" not in err
+    assert elapsed < 1.0
+    return err
+
+
+def test_cli_compare_refuses_existing_store_without_overwrite(capsys, tmp_path, no_compare_run):
+    store = _old_store(tmp_path / "old.zarr")
+    before = _tree_hash(store)
+    assert before
+    err = _one_line_error(capsys, ["compare", "sweeps/paper-cantilever.toml", "--delay", "1e-3", "--store", str(store)])
+    assert str(store) in err and "--overwrite" in err and "--store" in err
+    assert _tree_hash(store) == before
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--store", "{file}/sub.zarr"),    # an existing file where a directory is needed
+    ("--store", "/proc/hbtest-test.zarr"),
+    ("--store", ""),
+    ("--store", "{file}"),            # exists, not a store, even with --overwrite
+    ("--plot", "{file}/compare.png"),
+    ("--plot", "/proc/hbtest-test.png"),
+    ("--plot", ""),
+    ("--plot", "{dir}"),              # a directory, not a file name
+    ("--plot", "{dir}/missing/compare.png"),
+])
+def test_cli_compare_checks_output_paths_first(capsys, tmp_path, no_compare_run, flag, value):
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    value = value.format(file=f, dir=tmp_path)
+    err = _one_line_error(capsys, ["compare", "sweeps/paper-cantilever.toml", "--delay", "1e-3", f"{flag}={value}", "--overwrite"])
+    assert flag in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"] and f.read_text() == "x"
+
+
+@pytest.mark.parametrize("argv, flag, bound", [
+    (["--delay", "1e9"], "--delay", "1 s"),
+    (["--delay", "0.5", "--duration", "0.2"], "--delay", "--duration"),
+    (["--delay", "1e-3", "--duration", "1e9"], "--duration", "1,000,000"),
+    (["--delay", "1e-3", "--dt", "1e-12"], "--dt", "1,000,000"),
+    (["--delay", "1e-3", "--dt", "1"], "--dt", "0.01"),
+])
+@pytest.mark.parametrize("command", [["compare", "sweeps/paper-cantilever.toml"], ["classical", "sdof"]])
+def test_cli_refuses_absurd_sizes(capsys, no_compare_run, command, argv, flag, bound):
+    err = _one_line_error(capsys, [*command, *argv])
+    assert flag in err and bound in err

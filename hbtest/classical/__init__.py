@@ -1,0 +1,122 @@
+"""Classical real-time hybrid testing (RTHT) in the time domain (SPEC §4): the baseline the
+iterative Fourier-domain test is compared with, and a design tool for delay compensation.
+
+One module per job (the loop and its integrator are described in :mod:`.loop`):
+
+- :mod:`.transfer` — actuator transfer systems, exact first-order-hold discretisation,
+  identification of a lag model;
+- :mod:`.compensators` — the compensator interface and the delay compensators;
+- :mod:`.registry` — transfer systems and compensators by name;
+- :mod:`.systems` — hybrid systems (NS + PS), benchmark splits, state spaces;
+- :mod:`.loop` — the time-stepping loop, the emulated reference, results, size bounds;
+- :mod:`.response` — growth rate, fundamental amplitude, delay and amplification;
+- :mod:`.prediction` — the compensated delay equation and critical delays;
+- :mod:`.report` — one test with its verdict and prediction (``hbtest classical``);
+- :mod:`.compare` — classical against iterative over a sweep (``hbtest compare``);
+- :mod:`.outputs` — output-path checks made before long runs;
+- :mod:`.plots` — figures (no backend chosen here);
+- :mod:`.limits` — size bounds (a leaf module).
+
+Every public name is importable from the package (``from hbtest.classical import simulate``);
+the submodule holding it is imported on first use, so ``import hbtest.classical`` (and the
+command line's parser) stays cheap until something is used.
+
+Units: SI throughout (m, N, s); frequencies in Hz where named ``_hz``. Harmonic amplitudes in
+the one convention of :mod:`hbtest.harmonics` (``x(t) = Re(X e^{i w t})``, ``X = a - i b``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# public name -> submodule holding it (the former single module's names are all here;
+# harmonic_fit was removed: use hbtest.harmonics.fit or fundamental_amplitude)
+_EXPORTS = {
+    "discretize_foh": "transfer",
+    "TransferSystem": "transfer",
+    "LagModel": "transfer",
+    "identify_lag": "transfer",
+    "History": "compensators",
+    "Compensator": "compensators",
+    "NoCompensation": "compensators",
+    "PolynomialPredictor": "compensators",
+    "AdaptiveForwardPredictor": "compensators",
+    "InverseModelCompensator": "compensators",
+    "MinimalControlSynthesis": "compensators",
+    "LagParameters": "registry",
+    "CompensatorOptions": "registry",
+    "TRANSFERS": "registry",
+    "COMPENSATORS": "registry",
+    "make_transfer": "registry",
+    "make_compensator": "registry",
+    "MAX_STEPS": "limits",
+    "MAX_PREDICTOR_ORDER": "limits",
+    "MAX_PREDICTOR_SAMPLES": "limits",
+    "HybridSystem": "systems",
+    "sdof_benchmark": "systems",
+    "three_mass_benchmark": "systems",
+    "chain_benchmark": "systems",
+    "cantilever_benchmark": "systems",
+    "ns_state_space": "systems",
+    "ps_state_space": "systems",
+    "plant_state_space": "systems",
+    "Excitation": "loop",
+    "ClassicalResult": "loop",
+    "simulate": "loop",
+    "simulate_emulated": "loop",
+    "check_run_size": "loop",
+    "GrowthRate": "response",
+    "growth_rate": "response",
+    "fundamental_amplitude": "response",
+    "delay_and_amplification": "response",
+    "FREE_RESPONSE_DISPLACEMENT": "prediction",
+    "predicted_equation": "prediction",
+    "predicted_rightmost": "prediction",
+    "critical_delay_predicted": "prediction",
+    "critical_delay_simulated": "prediction",
+    "LoopReport": "report",
+    "run_loop": "report",
+    "ACTUATOR_DAMPING_RATIO": "compare",
+    "ClassicalPointDone": "compare",
+    "CompareResult": "compare",
+    "classical_point": "compare",
+    "iterative_points": "compare",
+    "compare_sweep": "compare",
+    "check_store_target": "outputs",
+    "check_file_target": "outputs",
+    "subspace_figure": "plots",
+    "run_figure": "plots",
+    "compare_figure": "plots",
+}
+
+__all__ = list(_EXPORTS)
+
+if TYPE_CHECKING:  # static tools see the names eagerly
+    from .transfer import discretize_foh, TransferSystem, LagModel, identify_lag  # noqa: F401
+    from .compensators import History, Compensator, NoCompensation, PolynomialPredictor, AdaptiveForwardPredictor, InverseModelCompensator, MinimalControlSynthesis  # noqa: F401
+    from .registry import LagParameters, CompensatorOptions, TRANSFERS, COMPENSATORS, make_transfer, make_compensator  # noqa: F401
+    from .limits import MAX_STEPS, MAX_PREDICTOR_ORDER, MAX_PREDICTOR_SAMPLES  # noqa: F401
+    from .systems import HybridSystem, sdof_benchmark, three_mass_benchmark, chain_benchmark, cantilever_benchmark, ns_state_space, ps_state_space, plant_state_space  # noqa: F401
+    from .loop import Excitation, ClassicalResult, simulate, simulate_emulated, check_run_size  # noqa: F401
+    from .response import GrowthRate, growth_rate, fundamental_amplitude, delay_and_amplification  # noqa: F401
+    from .prediction import FREE_RESPONSE_DISPLACEMENT, predicted_equation, predicted_rightmost, critical_delay_predicted, critical_delay_simulated  # noqa: F401
+    from .report import LoopReport, run_loop  # noqa: F401
+    from .compare import ACTUATOR_DAMPING_RATIO, ClassicalPointDone, CompareResult, classical_point, iterative_points, compare_sweep  # noqa: F401
+    from .outputs import check_store_target, check_file_target  # noqa: F401
+    from .plots import subspace_figure, run_figure, compare_figure  # noqa: F401
+
+
+def __getattr__(name: str):
+    """Import the submodule holding ``name`` on first use (PEP 562)."""
+    try:
+        module = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
