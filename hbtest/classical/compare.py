@@ -25,6 +25,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..events import Event
 from .outputs import check_store_target
 from .response import finite_or_none
 from .loop import Excitation, check_run_size, simulate
@@ -97,7 +98,7 @@ def iterative_points(ds) -> list[dict]:
 
 
 @dataclass(frozen=True)
-class ClassicalPointDone:
+class ClassicalPointDone(Event):
     """Progress event: the classical test at ``frequency_hz`` (point ``index`` of the sweep)
     finished with ``point`` (a :func:`classical_point` dict)."""
 
@@ -185,7 +186,7 @@ def compare_sweep(cfg, delay: float, *, dt: float = 2e-4, duration: float = 6.0,
     The iterative sweep is written to ``store_path`` (refused if it exists unless
     ``overwrite``; checked before anything runs) or to a temporary store removed afterwards.
     ``seed``: the virtual rig's noise. ``progress`` receives a :class:`ClassicalPointDone`
-    per classical point and the sweep's own progress lines (str). ValueError for settings
+    per classical point and the sweep's own :mod:`hbtest.events`. ValueError for settings
     out of range (see :func:`~hbtest.classical.check_run_size`)."""
     if not (math.isfinite(delay) and delay >= dt * (1 - 1e-9)):
         raise ValueError(f"the delay ({delay:g} s) must be at least one time step ({dt:g} s)")

@@ -55,7 +55,11 @@ def _progress(event) -> None:
                     f"at {fmt(c['dominant_frequency_hz'], '{:.4g}')} Hz")
         print(f"classical {event.frequency_hz:8.4f} Hz: {line}", file=sys.stderr, flush=True)
     else:
-        print(event, file=sys.stderr, flush=True)
+        from .render import render
+
+        line = render(event)
+        if line is not None:
+            print(line, file=sys.stderr, flush=True)
 
 
 def run(args) -> int:
