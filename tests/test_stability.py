@@ -422,32 +422,16 @@ def test_cli_chain_and_plot(capsys, tmp_path):
     assert png.stat().st_size > 1000
 
 
-SWEEP = """
-name = "t"
-[numerical]
-kind = "beam"
-root = "clamped"
-length_mm = 170.0
-width_mm = 25.4
-thickness_mm = 1.0
-youngs_modulus_gpa = 217.0
-density_kg_m3 = 8210.0
-zeta_mass_per_s = 0.9
-zeta_stiffness_s = 7e-5
-elements = 10
-[physical]
-length_mm = 360.0
-"""
+PAPER = "sweeps/paper-cantilever.toml"  # complete sweep file; its PS beam comes from the rig file
+COARSE = ["--set", "numerical.elements=10"]
 
 
-def test_cli_beam(capsys, tmp_path):
-    f = tmp_path / "sweep.toml"
-    f.write_text(SWEEP)
-    one = run_json(capsys, ["stability", "beam", str(f), "--cutoff-hz", "250", "--json"])
+def test_cli_beam(capsys):
+    one = run_json(capsys, ["stability", "beam", PAPER, *COARSE, "--cutoff-hz", "250", "--json"])
     assert one["alpha"] == pytest.approx(170 / 530)
     ref = S.beam_hybrid(L_REF, 0.17, **REF, elements_per_metre=10 / 0.17).critical_delay(250.0)
     assert one["critical_delay_s"] == pytest.approx(ref.delay_s, rel=1e-6)
-    grid = run_json(capsys, ["stability", "beam", str(f), "--cutoff-hz", "250", "--alpha-grid", "0.3:0.5:2", "--json"])
+    grid = run_json(capsys, ["stability", "beam", PAPER, *COARSE, "--cutoff-hz", "250", "--alpha-grid", "0.3:0.5:2", "--json"])
     assert len(grid["critical_delay_s"]) == 2 and grid["alpha"] == [0.3, 0.5]
 
 
@@ -458,7 +442,8 @@ def test_cli_beam(capsys, tmp_path):
         (["stability", "sdof", "--m", "1", "--k", "1", "--c", "0.1", "--ks", "1", "--delay", "0.1"], "--predictor-order"),
         (["stability", "sdof", "--m", "1", "--k", "1", "--c", "0.1", "--ks", "1", "--cutoff-hz", "0"], "--cutoff-hz"),
         (["stability", "chain", "does-not-exist.toml"], "does-not-exist.toml"),
-        (["stability", "beam", "sweeps/three-mass-chain.toml", "--cutoff-hz", "100"], "numerical"),
+        (["stability", "beam", PAPER, "--set", "numerical.kind=plate", "--cutoff-hz", "100"], "numerical"),
+        (["stability", "beam", "sweeps/three-mass-chain.toml", "--cutoff-hz", "100"], "three-mass-chain.toml"),
     ],
 )
 def test_cli_user_errors(capsys, argv, needle):
@@ -475,9 +460,8 @@ def test_cli_bad_chain_file(capsys, tmp_path):
     f.write_text('[chain]\nmasses_kg = [1.0, 1.0]\nsprings_n_per_m = [1.0]\n[split]\ninterface = ["x0"]\n')
     assert main(["stability", "chain", str(f)]) == 2
     assert "chain.springs_n_per_m" in capsys.readouterr().err
-    f = tmp_path / "s.toml"
-    f.write_text(SWEEP.replace("[physical]\nlength_mm = 360.0\n", ""))
-    assert main(["stability", "beam", str(f)]) == 2
+    # a [design.physical] PS beam without its length
+    assert main(["stability", "beam", PAPER, *COARSE, "--set", "design.physical.width_mm=25.4"]) == 2
     assert "physical.length_mm" in capsys.readouterr().err
 
 
@@ -538,3 +522,238 @@ def test_advanced_type_split_is_unstable_at_any_delay():
     assert np.any(np.abs(sy.z_infinity()) < 1e-12)
     cd = sy.critical_delay(500.0)
     assert cd.delay_s == 0.0 and cd.boundary == "at-zero"
+
+
+# ---------------------------------------------------------------------------------------
+# predictor horizon search: followed until the interval closes
+
+
+def test_prediction_interval_is_followed_until_it_closes():
+    """m = 2.2 kg, k = k_s = 2250 N/m, c = 3 N s/m, tau = 9.4 ms, order-2 predictor through
+    10 samples of 1 ms: the stable interval runs past the first range's end (3 tau + n dt =
+    38.2 ms) and closes at 41.0 ms. Checked against the rightmost root (spectral method +
+    Newton, independent of the argument-principle counts the search uses) and a fine scan."""
+    import scipy.optimize
+
+    sy = S.sdof_system(2.2, 3.0, 2250.0, 2250.0)
+    tau, order, n, dt = 9.4e-3, 2, 10, 1e-3
+    res = S.prediction_intervals(sy, tau, order, n, dt)
+    assert not res.open_end and not res.hard_bound
+    assert len(res.intervals) == 1
+    lo, hi = res.intervals[0]
+    assert lo < tau < 3 * tau + n * dt < hi
+    assert round(hi * 1e3, 1) == 41.0
+
+    def rightmost(rho):
+        return S.predictor_equation(sy, tau, order, n, dt, rho).rightmost(500.0).real
+
+    cross = scipy.optimize.brentq(rightmost, 40.9e-3, 41.1e-3, xtol=1e-10)
+    assert round(cross * 1e3, 1) == 41.0
+    assert hi == pytest.approx(cross, abs=dt * 1e-3)  # the bisection tolerance, dt / 1000
+    for rho in np.linspace(40.9e-3, 41.1e-3, 9):
+        if abs(rho - cross) > 2e-6:
+            n_unstable = S.predictor_equation(sy, tau, order, n, dt, rho).count_unstable(500.0)
+            assert n_unstable == (0 if rho < cross else 2), rho
+    assert S.stable_prediction_intervals(sy, tau, order, n, dt) == list(res.intervals)
+    assert res.containing(tau) == (lo, hi) and res.containing(0.0) is None
+
+
+def test_prediction_interval_hard_bound_and_given_range():
+    """An order-0 predictor (the mean of the samples) does not depend on the horizon: a loop
+    stable for every delay stays stable for every horizon, so the open-ended search stops at
+    its documented hard bound and says so; a given range is clipped at its end instead."""
+    sy = S.sdof_system(1.0, 80.0, 1000.0, 300.0)  # zeta = 1.26, p = 0.3: stable for all delays
+    assert S.sdof_stable_for_all_delays(80.0 / (2 * math.sqrt(1000.0)), 0.3)
+    tau, n, dt = 3e-3, 2, 1e-3
+    res = S.prediction_intervals(sy, tau, 0, n, dt, n_grid=5)
+    end = S.HORIZON_SEARCH_LIMIT * (3 * tau + n * dt)
+    assert res.open_end and res.hard_bound
+    assert res.intervals == ((0.0, pytest.approx(end)),)
+    assert res.search_range_s == (0.0, pytest.approx(end))
+    given = S.prediction_intervals(sy, tau, 0, n, dt, rho_range=(0.0, 5e-3), n_grid=5)
+    assert given.open_end and not given.hard_bound and given.intervals == ((0.0, 5e-3),)
+
+
+def test_max_predictor_horizon_is_where_the_gain_reaches_its_bound():
+    for order, n in ((1, 2), (2, 3), (3, 6)):
+        h = S.max_predictor_horizon(order, n, 1e-3)
+        gain = np.abs(S.polynomial_predictor_weights(order, n, h / 1e-3)).sum()
+        assert gain == pytest.approx(S.MAX_PREDICTOR_GAIN, rel=1e-6)
+        assert np.abs(S.polynomial_predictor_weights(order, n, 1.01 * h / 1e-3)).sum() > S.MAX_PREDICTOR_GAIN
+        with pytest.raises(ValueError, match="round-off"):
+            S.predictor_equation(S.sdof_system(1.0, 0.5, 1000.0, 500.0), 3e-3, order, n, 1e-3, 1.01 * h)
+        with pytest.raises(ValueError, match="usable"):
+            S.prediction_intervals(S.sdof_system(1.0, 0.5, 1000.0, 500.0), 3e-3, order, n, 1e-3, rho_range=(0.0, 1.01 * h))
+    assert math.isinf(S.max_predictor_horizon(0, 4, 1e-3))
+    with pytest.raises(ValueError):
+        S.polynomial_predictor_weights(S.MAX_PREDICTOR_ORDER + 1, S.MAX_PREDICTOR_ORDER + 2, 1.0)
+    with pytest.raises(ValueError):
+        S.polynomial_predictor_weights(1, S.MAX_PREDICTOR_SAMPLES + 1, 1.0)
+
+
+# ---------------------------------------------------------------------------------------
+# split beam from hbtest.substructure.split_beam
+
+
+def test_beam_hybrid_is_split_beam_with_the_physical_section():
+    from hbtest.substructure import split_beam
+
+    thick = dict(REF, thickness=2e-3)
+    sy = S.beam_hybrid(L_REF, 0.17, **REF, physical={"thickness": 2e-3}, elements_per_metre=40)
+    ns, _, _ = split_beam(L_REF, 0.17, **REF, elements_per_metre=40, min_elements=3)
+    _, ps, _ = split_beam(L_REF, 0.17, **thick, elements_per_metre=40, min_elements=3)
+    for mine, ref in ((sy.ns, ns), (sy.ps, ps)):
+        assert mine.interface == ref.interface
+        for m in ("M", "C", "K"):
+            np.testing.assert_array_equal(getattr(mine.structure, m), getattr(ref.structure, m))
+    assert S.beam_elements(L_REF, 0.17, 40) == ns.structure.x_nodes.size + ps.structure.x_nodes.size - 2
+    with pytest.raises(ValueError, match="unknown"):
+        S.beam_hybrid(L_REF, 0.17, **REF, physical={"colour": 1.0})
+    with pytest.raises(ValueError, match=str(S.MAX_BEAM_ELEMENTS)):
+        S.beam_hybrid(L_REF, 0.17, **REF, elements_per_metre=1e9)
+
+
+def test_plot_helpers_draw_on_a_given_axes():
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    ax = fig.add_subplot()
+    S.plot_root_locus(ax, S.sdof_system(1.0, 0.5, 1000.0, 500.0), [0.0, 1e-3, 2e-3], 100.0, "t")
+    assert len(ax.lines) >= 3 and ax.get_title() == "t"
+    ax2 = fig.add_subplot(2, 1, 2)
+    dm = S.delay_map(lambda k: S.sdof_system(1.0, 0.5, 1000.0, k), [300.0, 500.0], np.linspace(0, 4e-3, 5), 100.0)
+    S.plot_delay_map(ax2, dm)
+    assert ax2.get_xlabel().startswith("delay")
+
+
+# ---------------------------------------------------------------------------------------
+# chain files through the config layer
+
+
+def test_load_chain_matches_the_file_and_takes_overrides():
+    from hbtest.commands.stability import read_chain
+    from hbtest.config import ChainConfig, load_chain
+
+    cfg = load_chain("sweeps/three-mass-chain.toml")
+    assert isinstance(cfg, ChainConfig)
+    assert cfg.masses == (1.0, 0.5, 1.0) and cfg.springs == (1000.0, 2000.0, 2000.0, 1000.0)
+    assert cfg.interface == (0, 2) and cfg.physical_masses == (1,) and cfg.physical_links == (1, 2)
+    assert cfg.left_wall and cfg.right_wall and cfg.cutoff_hz == 500.0 and cfg.tau_max_s == 1.0
+    sy = S.chain_hybrid(**cfg.chain_kwargs())
+    assert sy.dof_names == ("I.x0", "I.x2", "P.x1")
+    legacy = read_chain("sweeps/three-mass-chain.toml")  # the dict hbtest classical chain uses
+    assert legacy == dict(cfg.chain_kwargs(), cutoff_hz=500.0, tau_max=1.0)
+    over = load_chain("sweeps/three-mass-chain.toml", ["stability.cutoff_hz=250", "chain.masses_kg=[2.0, 0.5, 1.0]"])
+    assert over.cutoff_hz == 250.0 and over.masses == (2.0, 0.5, 1.0)
+
+
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ('[chain]\nmasses_kg = [1.0]\nsprings_n_per_m = [1.0]\ncolour = 1\n[split]\ninterface = ["x0"]\n', "chain.colour"),
+        ('[chain]\nmasses_kg = [1.0, -1.0]\nsprings_n_per_m = [1.0, 1.0]\n[split]\ninterface = ["x0"]\n', "chain.masses_kg"),
+        ('[chain]\nmasses_kg = [1.0]\nsprings_n_per_m = [1.0]\n[split]\ninterface = ["y0"]\n', "split.interface"),
+        ('[chain]\nmasses_kg = [1.0]\nsprings_n_per_m = [1.0]\n[split]\ninterface = [0]\nphysical_links = [3]\n', "split.physical_links"),
+        ('[chain]\nmasses_kg = [1.0]\nsprings_n_per_m = [1.0]\n[split]\ninterface = [0]\n[stability]\ncutoff_hz = -1\n', "stability.cutoff_hz"),
+        ('[chain]\nmasses_kg = [1.0]\nsprings_n_per_m = [1.0]\n', "split"),
+    ],
+)
+def test_load_chain_errors_name_file_and_key(tmp_path, text, key):
+    from hbtest.config import load_chain
+    from hbtest.errors import ConfigError
+
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_chain(f)
+    assert e.value.key == key and e.value.source == str(f)
+
+
+# ---------------------------------------------------------------------------------------
+# absurd sizes through the CLI: one line naming the flag and the bound, exit 2, quickly
+
+
+SDOF = ["stability", "sdof", "--m", "1", "--k", "1000", "--c", "0.5", "--ks", "500"]
+PRED = SDOF + ["--delay", "0.003", "--predictor-order", "2", "--predictor-samples", "3", "--sample-time", "0.001"]
+
+
+def _with(argv, flag, value):
+    argv = list(argv)
+    argv[argv.index(flag) + 1] = value
+    return argv
+
+
+def _big_chain(tmp_path, n_masses, n_interface):
+    f = tmp_path / "big.toml"
+    masses = ", ".join(["1.0"] * n_masses)
+    springs = ", ".join(["1000.0"] * n_masses)
+    iface = ", ".join(f'"x{i}"' for i in range(n_interface))
+    phys = ", ".join(str(i) for i in range(1, n_masses))
+    f.write_text(f"[chain]\nmasses_kg = [{masses}]\nsprings_n_per_m = [{springs}]\n[split]\ninterface = [{iface}]\nphysical_links = [{phys}]\n")
+    return str(f)
+
+
+@pytest.mark.parametrize(
+    "argv, flag, bound",
+    [
+        (SDOF + ["--tau-max", "1e9"], "--tau-max", "20 s"),
+        (SDOF + ["--cutoff-hz", "1e12"], "--cutoff-hz", "100000 Hz"),
+        (_with(PRED, "--sample-time", "1e-9"), "--sample-time", "1e+07"),
+        (_with(PRED, "--sample-time", "1e9"), "--sample-time", "20 s"),
+        (_with(PRED, "--predictor-samples", "1000000000"), "--predictor-samples", "100"),
+        (_with(_with(PRED, "--predictor-samples", "100"), "--predictor-order", "50"), "--predictor-order", "0..8"),
+        (_with(PRED, "--delay", "1e9"), "--delay", "20 s"),
+        (PRED + ["--rho-max", "1e9"], "--rho-max", "1e+07"),
+        (["stability", "beam", PAPER, "--elements-per-metre", "1e9"], "--elements-per-metre", "400"),
+        (["stability", "beam", PAPER, "--set", "numerical.elements=2000"], "numerical.elements", "400"),
+        (["stability", "beam", PAPER, "--alpha-grid", "0.1:0.9:1000000000"], "--alpha-grid", "100"),
+        (["stability", "beam", PAPER, "--tau-max", "1e9"], "--tau-max", "20 s"),
+        (["stability", "chain", "sweeps/three-mass-chain.toml", "--tau-max", "1e9"], "--tau-max", "20 s"),
+        (["stability", "chain", "sweeps/three-mass-chain.toml", "--set", "stability.tau_max_s=1e9"], "stability.tau_max_s", "20 s"),
+        (["stability", "chain", "sweeps/three-mass-chain.toml", "--set", "stability.cutoff_hz=1e12"], "stability.cutoff_hz", "100000 Hz"),
+    ],
+)
+def test_cli_refuses_absurd_sizes(capsys, argv, flag, bound):
+    import time
+
+    t0 = time.perf_counter()
+    assert main(argv) == 2
+    elapsed = time.perf_counter() - t0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert flag in err and bound in err, err
+    assert elapsed < 5.0
+
+
+@pytest.mark.parametrize("n_masses, n_interface, key, bound", [(10_000, 1, "chain.masses_kg", "exceed 800"), (7, 6, "split", "at most 5")])
+def test_cli_refuses_huge_chains(capsys, tmp_path, n_masses, n_interface, key, bound):
+    import time
+
+    f = _big_chain(tmp_path, n_masses, n_interface)
+    t0 = time.perf_counter()
+    assert main(["stability", "chain", f]) == 2
+    assert time.perf_counter() - t0 < 5.0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and key in err and bound in err, err
+
+
+def test_cli_help_states_the_library_bounds(capsys):
+    import re
+
+    def help_text(argv):
+        assert main(argv + ["--help"]) == 0
+        return " ".join(capsys.readouterr().out.split())
+
+    beam = help_text(["stability", "beam"])
+    assert f"at most {S.MAX_BEAM_ELEMENTS} elements" in beam
+    sdof = help_text(["stability", "sdof"])
+    assert f"order + 1 .. {S.MAX_PREDICTOR_SAMPLES})" in sdof and f"(0..{S.MAX_PREDICTOR_ORDER})" in sdof
+    assert float(re.search(r"sum below (\S+) \(round-off\)", sdof).group(1)) == S.MAX_PREDICTOR_GAIN
+    assert float(re.search(r"at most (\S+)x that end", sdof).group(1)) == S.HORIZON_SEARCH_LIMIT
+
+
+def test_cli_predictor_follows_the_interval(capsys):
+    out = run_json(capsys, ["stability", "sdof", "--m", "2.2", "--k", "2250", "--c", "3", "--ks", "2250", "--delay", "0.0094",
+                            "--predictor-order", "2", "--predictor-samples", "10", "--sample-time", "0.001", "--json"])
+    lo, hi = out["stable_prediction_interval_s"]
+    assert round(hi * 1e3, 1) == 41.0 and not out["upper_end_clipped"] and not out["search_hard_bound"]

@@ -4,24 +4,49 @@
   spring; with ``--delay --predictor-order --predictor-samples --sample-time`` the interval of
   prediction horizons that keeps the compensated loop stable.
 - ``chain FILE``: a lumped chain split into numerical and physical parts (see
-  ``sweeps/three-mass-chain.toml`` for the format).
-- ``beam SWEEPFILE``: the beam of a sweep file split at its interface (or at ``--alpha`` /
-  over ``--alpha-grid``).
+  ``sweeps/three-mass-chain.toml`` for the format; parsed by :func:`hbtest.config.load_chain`).
+- ``beam SWEEPFILE``: the beam of a sweep file (:func:`hbtest.config.load_sweep`; the PS beam
+  from :func:`hbtest.design.physical_beam_for_design`) split at its interface (or at
+  ``--alpha`` / over ``--alpha-grid``).
 
 ``--json`` prints one JSON object on stdout; ``--plot FILE.png`` draws a root locus over the
 delay (or, with ``--alpha-grid``, the stability map over (delay, alpha)).
+
+Sizes are bounded so that a run stays within seconds and bounded memory; beyond a bound the
+command refuses with one line naming the flag (exit 2): cut-off <= ``MAX_CUTOFF_HZ``; every
+searched delay (``--tau-max``, the predictor's oldest sample) times the cut-off <=
+``MAX_SEARCH_CYCLES`` periods; beam meshes <= :data:`hbtest.stability.MAX_BEAM_ELEMENTS`;
+``--alpha-grid`` <= ``MAX_ALPHA_POINTS`` positions; predictor order, samples and horizon
+within :data:`hbtest.stability.MAX_PREDICTOR_ORDER`, ``MAX_PREDICTOR_SAMPLES`` and
+:func:`hbtest.stability.max_predictor_horizon`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import tomllib
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import ConfigError, UserError
+from .design import add_file_arguments
+
+# actuators do not follow commands above ~100 kHz; the scans sample frequencies up to the cut-off
+MAX_CUTOFF_HZ = 1e5
+# delays searched, in periods of the cut-off frequency: the crossing scan lists every root
+# crossing up to tau_max (about f_c * tau_max per root branch) and the argument-principle count
+# follows the phase of exp(-s tau) along |Im s| < 2 pi f_c (about f_c * tau turns)
+MAX_SEARCH_CYCLES = 1e4
+# interface positions of --alpha-grid: each costs a full crossing scan (up to ~10 s on a fine mesh)
+MAX_ALPHA_POINTS = 100
+DEFAULT_TAU_MAX_S = 1.0
+SDOF_TAU_MAX_RADIANS = 50.0  # sdof: search at least 50 / w_n (50 rad of the natural frequency)
+BEAM_MIN_ELEMENTS_PER_METRE = 40.0  # beam mesh from the file's [numerical] elements, at least this
+LOCUS_DELAYS = 21  # delays drawn in a root locus
+MAP_DELAYS = 200  # delays of the (delay, alpha) map
+PROGRESS_EVERY = 20  # predictor search: a progress line on stderr every this many root counts
 
 
 def register(sub) -> None:
@@ -30,9 +55,10 @@ def register(sub) -> None:
 
     def common(q, cutoff_default: float | None = 500.0):
         q.add_argument("--cutoff-hz", type=float, default=cutoff_default, metavar="F",
-                       help="actuator cut-off frequency [Hz]: only roots below it count (default %(default)s)")
+                       help=f"actuator cut-off frequency [Hz], at most {MAX_CUTOFF_HZ:g}: only roots below it count (default %(default)s)")
         q.add_argument("--tau-max", type=float, default=None, metavar="S",
-                       help="largest delay searched [s] (default 1 s; sdof: 50/w_n if longer)")
+                       help=f"largest delay searched [s] (default 1 s; sdof: 50/w_n if longer); tau-max x cutoff-hz "
+                            f"at most {MAX_SEARCH_CYCLES:g} (a default beyond it is shortened to it)")
         q.add_argument("--json", action="store_true", help="print one JSON object")
         q.add_argument("--plot", metavar="FILE.png", default=None, help="save a plot (root locus over the delay, or the (delay, alpha) map)")
 
@@ -43,26 +69,32 @@ def register(sub) -> None:
     q.add_argument("--ks", type=float, required=True, help="physical spring behind the actuator [N/m]")
     q.add_argument("--method", choices=("roots", "phase-margin"), default="roots",
                    help="characteristic roots (crossing scan) or the loop's phase margin (default roots)")
-    q.add_argument("--delay", type=float, default=None, metavar="S", help="actuator delay [s] for the predictor analysis")
-    q.add_argument("--predictor-order", type=int, default=None, metavar="N", help="polynomial order of the forward predictor")
-    q.add_argument("--predictor-samples", type=int, default=None, metavar="n", help="samples the predictor fits")
-    q.add_argument("--sample-time", type=float, default=None, metavar="DT", help="sample time [s]")
-    q.add_argument("--rho-max", type=float, default=None, metavar="S", help="largest prediction horizon searched [s] (default 3 tau + n dt)")
+    q.add_argument("--delay", type=float, default=None, metavar="S",
+                   help="actuator delay [s] for the predictor analysis (delay x cutoff-hz at most %g)" % MAX_SEARCH_CYCLES)
+    q.add_argument("--predictor-order", type=int, default=None, metavar="N", help="polynomial order of the forward predictor (0..8)")
+    q.add_argument("--predictor-samples", type=int, default=None, metavar="n", help="samples the predictor fits (order + 1 .. 100)")
+    q.add_argument("--sample-time", type=float, default=None, metavar="DT",
+                   help="sample time [s]; the oldest sample's delay x cutoff-hz at most %g, and the horizons searched "
+                        "must keep the predictor weights' sum below 1e7 (round-off)" % MAX_SEARCH_CYCLES)
+    q.add_argument("--rho-max", type=float, default=None, metavar="S",
+                   help="search prediction horizons in [0, S] only [s] (default: from [0, 3 tau + n dt] on until the "
+                        "stable interval closes, at most 2x that end)")
     common(q)
     q.set_defaults(func=run_sdof)
 
     q = ssub.add_parser("chain", help="lumped chain split into numerical and physical parts (TOML file)")
-    q.add_argument("file", metavar="FILE", help="chain definition (TOML), e.g. sweeps/three-mass-chain.toml")
+    add_file_arguments(q, "chain")
     common(q, cutoff_default=None)
     q.set_defaults(func=run_chain)
 
     q = ssub.add_parser("beam", help="split beam of a sweep file")
-    q.add_argument("file", metavar="SWEEPFILE", help="sweep definition file (TOML)")
+    add_file_arguments(q)
     g = q.add_mutually_exclusive_group()
     g.add_argument("--alpha", type=float, default=None, help="interface position L_N / L (default: the sweep file's split)")
-    g.add_argument("--alpha-grid", default=None, metavar="A:B:N", help="N interface positions from A to B")
+    g.add_argument("--alpha-grid", default=None, metavar="A:B:N", help=f"N interface positions from A to B (N at most {MAX_ALPHA_POINTS})")
     q.add_argument("--elements-per-metre", type=float, default=None, metavar="E",
-                   help="beam mesh density [1/m] (default from the file's [numerical] elements, at least 40)")
+                   help="beam mesh density [1/m] (default from the file's [numerical] elements, at least 40); "
+                        "the whole beam at most 400 elements (hbtest.stability.MAX_BEAM_ELEMENTS)")
     common(q)
     q.set_defaults(func=run_beam)
     p.set_defaults(func=lambda args: _missing_system(p))
@@ -74,16 +106,34 @@ def _missing_system(p) -> int:
 
 
 # ---------------------------------------------------------------------------------------
-# helpers
+# checks and rendering
 
 
 def _check_common(args) -> None:
-    if args.cutoff_hz is not None and not (math.isfinite(args.cutoff_hz) and args.cutoff_hz > 0):
-        raise UserError(f"--cutoff-hz must be positive, got {args.cutoff_hz}")
+    c = args.cutoff_hz
+    if c is not None and not (math.isfinite(c) and c > 0):
+        raise UserError(f"--cutoff-hz must be positive, got {c}")
+    if c is not None and c > MAX_CUTOFF_HZ:
+        raise UserError(f"--cutoff-hz {c:g} exceeds {MAX_CUTOFF_HZ:g} Hz: no actuator follows commands that fast")
     if args.tau_max is not None and not (math.isfinite(args.tau_max) and args.tau_max > 0):
         raise UserError(f"--tau-max must be positive, got {args.tau_max}")
     if args.plot is not None and not str(args.plot).lower().endswith(".png"):
         raise UserError(f"--plot needs a .png file name, got {args.plot!r}")
+
+
+def _tau_max(args, default: float, cutoff_hz: float, default_name: str = "the default") -> float:
+    """The delay search bound [s]: ``--tau-max`` (refused beyond ``MAX_SEARCH_CYCLES``
+    cut-off periods) or ``default`` (shortened to that bound)."""
+    bound = MAX_SEARCH_CYCLES / cutoff_hz
+    if args.tau_max is None:
+        if default > bound and default_name != "the default":
+            raise UserError(f"{default_name} = {default:g} s exceeds {bound:g} s at a {cutoff_hz:g} Hz cut-off "
+                            f"(delay x cut-off at most {MAX_SEARCH_CYCLES:g} periods)")
+        return min(default, bound)
+    if args.tau_max > bound:
+        raise UserError(f"--tau-max {args.tau_max:g} s exceeds {bound:g} s at a {cutoff_hz:g} Hz cut-off: the crossing scan "
+                        f"lists every root crossing up to tau-max (delay x cut-off at most {MAX_SEARCH_CYCLES:g} periods)")
+    return args.tau_max
 
 
 def _fmt(x, unit_scale=1.0, fmt="{:.6g}") -> str:
@@ -99,38 +149,29 @@ def _jf(x):
     return x if math.isfinite(x) else None
 
 
-def _plot_locus(system, tau_c: float, tau_max: float, cutoff_hz: float, path: str, title: str) -> None:
+def _save_plot(path: str, draw) -> None:
+    """Draw on a fresh Axes with ``draw(ax)`` and save the figure as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..stability import root_locus
-
-    top = 2.0 * tau_c if math.isfinite(tau_c) and tau_c > 0 else min(tau_max, 0.01)
-    delays = np.linspace(0.0, top, 21)
-    wc = 2 * np.pi * cutoff_hz
-    roots = root_locus(system, delays, cutoff_hz, sigma_min=-0.5 * wc)
     fig, ax = plt.subplots(figsize=(7, 5))
-    cmap = plt.get_cmap("viridis")
-    for d, r in zip(delays, roots):
-        r = r[r.imag >= 0]
-        ax.plot(r.real, r.imag / (2 * np.pi), "o", ms=3, color=cmap(d / top if top > 0 else 0))
-    ax.axvline(0.0, color="k", lw=0.8)
-    ax.axhline(cutoff_hz, color="r", lw=0.8, ls="--", label=f"cut-off {cutoff_hz:g} Hz")
-    sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, top * 1e3))
-    fig.colorbar(sm, ax=ax, label="delay [ms]")
-    ax.set_xlabel("Re s [1/s]")
-    ax.set_ylabel("Im s / 2π [Hz]")
-    ax.set_title(title)
-    ax.legend(loc="lower left")
-    fig.tight_layout()
     try:
+        draw(ax)
+        fig.tight_layout()
         fig.savefig(path, dpi=120)
     except OSError as e:
         raise UserError(f"--plot: cannot write {path}: {e.strerror or e}") from None
     finally:
         plt.close(fig)
+
+
+def _plot_locus(system, tau_c: float, tau_max: float, cutoff_hz: float, path: str, title: str) -> None:
+    from ..stability import plot_root_locus
+
+    top = 2.0 * tau_c if math.isfinite(tau_c) and tau_c > 0 else min(tau_max, 0.01)
+    _save_plot(path, lambda ax: plot_root_locus(ax, system, np.linspace(0.0, top, LOCUS_DELAYS), cutoff_hz, title))
 
 
 # ---------------------------------------------------------------------------------------
@@ -158,7 +199,7 @@ def run_sdof(args) -> int:
     wn = math.sqrt(k / m)
     zeta = c / (2 * math.sqrt(k * m))
     p = ks / k
-    tau_max = args.tau_max or max(1.0, 50.0 / wn)
+    tau_max = _tau_max(args, max(DEFAULT_TAU_MAX_S, SDOF_TAU_MAX_RADIANS / wn), args.cutoff_hz)
     out = dict(m_kg=m, k_n_per_m=k, c_n_s_per_m=c, ks_n_per_m=ks, p=p, zeta=zeta, natural_frequency_hz=wn / (2 * np.pi))
     out["stable_for_all_delays"] = bool(st.sdof_stable_for_all_delays(zeta, p))
     out["small_delay_estimate_s"] = _jf(st.small_delay_estimate(c, ks)) if ks > 0 else None
@@ -169,7 +210,8 @@ def run_sdof(args) -> int:
         tau_c = pm.critical_delay_s
     else:
         cd = st.sdof_system(m, c, k, ks).critical_delay(args.cutoff_hz, tau_max=tau_max)
-        out.update(method="roots", critical_delay_s=_jf(cd.delay_s), frequency_hz=_jf(cd.frequency_hz), boundary=cd.boundary, cutoff_hz=args.cutoff_hz)
+        out.update(method="roots", critical_delay_s=_jf(cd.delay_s), frequency_hz=_jf(cd.frequency_hz), boundary=cd.boundary,
+                   cutoff_hz=args.cutoff_hz, tau_max_s=tau_max)
         tau_c = cd.delay_s
     out["tau_hat"] = _jf(tau_c * wn)
     if args.plot:
@@ -180,7 +222,8 @@ def run_sdof(args) -> int:
     print("Split oscillator  m z'' + c z' + k z + ks z(t - tau) = 0")
     print(f"  p = ks/k = {p:.6g}, zeta = {zeta:.6g}, f_n = {wn / (2 * np.pi):.6g} Hz")
     print(f"  method: {out['method']}")
-    print(f"  critical delay      {_fmt(out['critical_delay_s'], 1e3)} ms (tau_hat = {_fmt(out['tau_hat'])})")
+    searched = "" if out["critical_delay_s"] is not None or args.method != "roots" else f" (stable up to {tau_max:g} s)"
+    print(f"  critical delay      {_fmt(out['critical_delay_s'], 1e3)} ms (tau_hat = {_fmt(out['tau_hat'])}){searched}")
     print(f"  frequency           {_fmt(out['frequency_hz'])} Hz")
     if args.method == "phase-margin":
         print(f"  phase margin        {_fmt(out['phase_margin_deg'])} deg at crossover {_fmt(out['crossover_hz'])} Hz")
@@ -189,6 +232,43 @@ def run_sdof(args) -> int:
     print(f"  estimate c/ks       {_fmt(out['small_delay_estimate_s'], 1e3)} ms")
     print(f"  stable for all delays: {'yes' if out['stable_for_all_delays'] else 'no'}")
     return 0
+
+
+def _check_predictor(args) -> None:
+    """Refuse predictor settings beyond the bounds of the module docstring (one line each)."""
+    from .. import stability as st
+
+    tau, N, n, dt, fc = args.delay, args.predictor_order, args.predictor_samples, args.sample_time, args.cutoff_hz
+    if not (math.isfinite(tau) and tau >= 0):
+        raise UserError(f"--delay must be non-negative, got {tau}")
+    if not (math.isfinite(dt) and dt > 0):
+        raise UserError(f"--sample-time must be positive, got {dt}")
+    if not 0 <= N <= st.MAX_PREDICTOR_ORDER:
+        raise UserError(f"--predictor-order must lie in 0..{st.MAX_PREDICTOR_ORDER} (higher orders make the least-squares fit ill-conditioned), got {N}")
+    if n < N + 1:
+        raise UserError(f"--predictor-samples must be at least order + 1 = {N + 1}, got {n}")
+    if n > st.MAX_PREDICTOR_SAMPLES:
+        raise UserError(f"--predictor-samples {n} exceeds {st.MAX_PREDICTOR_SAMPLES}: every sample is one delayed term of the equation")
+    cycles = MAX_SEARCH_CYCLES / fc
+    if tau > cycles:
+        raise UserError(f"--delay {tau:g} s exceeds {cycles:g} s at a {fc:g} Hz cut-off (delay x cut-off at most {MAX_SEARCH_CYCLES:g} periods: root counting)")
+    oldest = tau + (n - 1) * dt
+    if oldest > cycles:
+        raise UserError(f"--sample-time {dt:g} s puts the oldest of {n} samples {oldest:g} s back, beyond {cycles:g} s at a "
+                        f"{fc:g} Hz cut-off (delay x cut-off at most {MAX_SEARCH_CYCLES:g} periods: root counting)")
+    h_max = st.max_predictor_horizon(N, n, dt)
+    if args.rho_max is not None:
+        if not (math.isfinite(args.rho_max) and args.rho_max > 0):
+            raise UserError(f"--rho-max must be positive, got {args.rho_max}")
+        if args.rho_max > h_max:
+            raise UserError(f"--rho-max {args.rho_max:g} s exceeds {h_max:g} s, where the order-{N} predictor's weights sum to "
+                            f"{st.MAX_PREDICTOR_GAIN:g} (the prediction drowns in round-off)")
+    elif 3 * tau + n * dt > h_max:
+        h_samples = h_max / dt
+        dt_min = 3 * tau / max(h_samples - n, 1e-300)
+        raise UserError(f"--sample-time {dt:g} s: horizons up to {3 * tau + n * dt:g} s are {(3 * tau + n * dt) / dt:.3g} samples ahead, "
+                        f"where the order-{N} predictor's weights sum beyond {st.MAX_PREDICTOR_GAIN:g} (round-off); "
+                        f"use --sample-time >= {dt_min:.3g} s or --rho-max <= {h_max:.3g} s")
 
 
 def _run_predictor(args) -> int:
@@ -200,36 +280,37 @@ def _run_predictor(args) -> int:
         raise UserError(f"the predictor analysis also needs {', '.join(missing)}")
     if args.method != "roots":
         raise UserError("--method phase-margin does not apply to the predictor analysis")
+    _check_predictor(args)
     tau, N, n, dt = args.delay, args.predictor_order, args.predictor_samples, args.sample_time
-    if not (math.isfinite(tau) and tau >= 0):
-        raise UserError(f"--delay must be non-negative, got {tau}")
-    if not (math.isfinite(dt) and dt > 0):
-        raise UserError(f"--sample-time must be positive, got {dt}")
-    if N < 0:
-        raise UserError(f"--predictor-order must be non-negative, got {N}")
-    if n < N + 1:
-        raise UserError(f"--predictor-samples must be at least order + 1 = {N + 1}, got {n}")
-    rho_hi = args.rho_max if args.rho_max is not None else 3 * tau + n * dt
-    if not (math.isfinite(rho_hi) and rho_hi > 0):
-        raise UserError(f"--rho-max must be positive, got {rho_hi}")
     system = st.sdof_system(args.m, args.c, args.k, args.ks)
-    intervals = st.stable_prediction_intervals(system, tau, N, n, dt, rho_range=(0.0, rho_hi), cutoff_hz=args.cutoff_hz)
-    chosen = None
-    for lo, hi in intervals:  # the interval holding rho = tau (ideal compensation), else the first
-        if lo <= tau <= hi:
-            chosen = (lo, hi)
-    if chosen is None and intervals:
-        chosen = intervals[0]
+    rho_range = None if args.rho_max is None else (0.0, args.rho_max)
+    counts = []
+
+    def progress(rho, stable):
+        counts.append(stable)
+        if len(counts) % PROGRESS_EVERY == 0:
+            print(f"hbtest: {len(counts)} root counts, horizon {rho * 1e3:.4g} ms {'stable' if stable else 'unstable'}", file=sys.stderr)
+
+    try:
+        res = st.prediction_intervals(system, tau, N, n, dt, rho_range=rho_range, cutoff_hz=args.cutoff_hz, progress=progress)
+    except RuntimeError as e:  # the argument principle failed (a root on the contour, or round-off)
+        raise UserError(f"--sample-time {dt:g} s / horizons to {args.rho_max or 'the default bound'}: the root count failed ({e}); "
+                        "change the sample time or --rho-max") from None
+    intervals = list(res.intervals)
+    chosen = res.containing(tau) or (intervals[0] if intervals else None)  # the one holding rho = tau, else the first
+    rho_hi = res.search_range_s[1]
+    clipped = bool(chosen is not None and res.open_end and chosen == intervals[-1])
     out = dict(
         delay_s=tau, predictor_order=N, predictor_samples=n, sample_time_s=dt, cutoff_hz=args.cutoff_hz,
         stable_prediction_interval_s=list(chosen) if chosen else None,
         stable_intervals_s=[list(iv) for iv in intervals],
-        search_range_s=[0.0, rho_hi],
-        upper_end_clipped=bool(chosen is not None and chosen[1] >= rho_hi),
+        search_range_s=list(res.search_range_s),
+        upper_end_clipped=clipped,
+        search_hard_bound=bool(clipped and res.hard_bound),
         weights_at_delay=st.polynomial_predictor_weights(N, n, tau / dt).tolist(),
     )
     if args.plot:
-        _plot_locus(system, tau, args.tau_max or 1.0, args.cutoff_hz, args.plot, "split oscillator (uncompensated)")
+        _plot_locus(system, tau, args.tau_max or DEFAULT_TAU_MAX_S, args.cutoff_hz, args.plot, "split oscillator (uncompensated)")
     if args.json:
         print(json.dumps(out))
         return 0
@@ -238,9 +319,12 @@ def _run_predictor(args) -> int:
         print(f"  no stable horizon in [0, {rho_hi * 1e3:g}] ms")
         return 0
     print(f"  {'stable horizon rho [ms]':>26}")
-    for lo, hi in intervals:
+    for iv in intervals:
+        lo, hi = iv
         mark = "  <- holds rho = tau" if lo <= tau <= hi else ""
-        clip = " (end of search range)" if hi >= rho_hi else ""
+        clip = ""
+        if res.open_end and iv == intervals[-1]:
+            clip = " (still stable at the search's hard bound)" if res.hard_bound else " (end of --rho-max range)"
         print(f"  {lo * 1e3:>11.4f} .. {hi * 1e3:<11.4f}{clip}{mark}")
     return 0
 
@@ -249,137 +333,32 @@ def _run_predictor(args) -> int:
 # chain
 
 
-def _read_toml(path: str) -> dict:
-    p = Path(path)
-    try:
-        with open(p, "rb") as f:
-            return tomllib.load(f)
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except OSError as e:
-        raise UserError(f"{path}: cannot read: {e.strerror or e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(str(path), "", f"invalid TOML: {e}") from None
-
-
-def _numbers(src, sec: dict, section: str, key: str, required=True, default=None, nonneg=True) -> list[float] | None:
-    if key not in sec:
-        if required:
-            raise ConfigError(src, f"{section}.{key}", "missing")
-        return default
-    v = sec[key]
-    if not isinstance(v, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
-        raise ConfigError(src, f"{section}.{key}", "must be a list of numbers")
-    if not all(math.isfinite(x) for x in v) or (nonneg and any(x < 0 for x in v)):
-        raise ConfigError(src, f"{section}.{key}", "values must be finite and non-negative")
-    return [float(x) for x in v]
-
-
 def read_chain(path: str) -> dict:
-    """Read a lumped-chain definition (see ``sweeps/three-mass-chain.toml``). Returns the
-    keyword arguments of :func:`hbtest.stability.chain_hybrid` plus ``cutoff_hz``/``tau_max``
-    defaults from the optional ``[stability]`` table."""
-    data = _read_toml(path)
-    src = str(path)
-    known_top = {"name", "description", "chain", "split", "stability"}
-    for key in data:
-        if key not in known_top:
-            raise ConfigError(src, key, f"unknown key; expected one of {sorted(known_top)}")
-    ch = data.get("chain")
-    if not isinstance(ch, dict):
-        raise ConfigError(src, "chain", "missing [chain] table")
-    known = {"masses_kg", "springs_n_per_m", "dampers_n_s_per_m", "left_wall", "right_wall"}
-    for key in ch:
-        if key not in known:
-            raise ConfigError(src, f"chain.{key}", f"unknown key; expected one of {sorted(known)}")
-    masses = _numbers(src, ch, "chain", "masses_kg")
-    springs = _numbers(src, ch, "chain", "springs_n_per_m")
-    dampers = _numbers(src, ch, "chain", "dampers_n_s_per_m", required=False)
-    walls = {}
-    for key, default in (("left_wall", True), ("right_wall", False)):
-        v = ch.get(key, default)
-        if not isinstance(v, bool):
-            raise ConfigError(src, f"chain.{key}", "must be true or false")
-        walls[key] = v
-    n = len(masses)
-    if n == 0:
-        raise ConfigError(src, "chain.masses_kg", "needs at least one mass")
-    n_links = n - 1 + int(walls["left_wall"]) + int(walls["right_wall"])
-    if len(springs) != n_links:
-        raise ConfigError(src, "chain.springs_n_per_m", f"{n} masses with these walls need {n_links} springs, got {len(springs)}")
-    if dampers is not None and len(dampers) != n_links:
-        raise ConfigError(src, "chain.dampers_n_s_per_m", f"needs {n_links} values, got {len(dampers)}")
-    sp = data.get("split")
-    if not isinstance(sp, dict):
-        raise ConfigError(src, "split", "missing [split] table")
-    known = {"interface", "physical_masses", "physical_links"}
-    for key in sp:
-        if key not in known:
-            raise ConfigError(src, f"split.{key}", f"unknown key; expected one of {sorted(known)}")
+    """The keyword arguments of :func:`hbtest.stability.chain_hybrid` plus ``cutoff_hz`` and
+    ``tau_max`` from a chain file; kept for ``hbtest classical chain``, parsed by
+    :func:`hbtest.config.load_chain`."""
+    from ..config import load_chain
 
-    def dofs(key, required):
-        if key not in sp:
-            if required:
-                raise ConfigError(src, f"split.{key}", "missing")
-            return []
-        v = sp[key]
-        if not isinstance(v, list):
-            raise ConfigError(src, f"split.{key}", "must be a list of DOF names (x0, x1, ...) or indices")
-        out = []
-        for x in v:
-            if isinstance(x, str) and x.startswith("x") and x[1:].isdigit():
-                i = int(x[1:])
-            elif isinstance(x, int) and not isinstance(x, bool):
-                i = x
-            else:
-                raise ConfigError(src, f"split.{key}", f"{x!r} is not a DOF name like 'x0' or an index")
-            if not 0 <= i < n:
-                raise ConfigError(src, f"split.{key}", f"DOF {x!r} outside x0..x{n - 1}")
-            out.append(i)
-        return out
-
-    interface = dofs("interface", True)
-    physical_masses = dofs("physical_masses", False)
-    links = sp.get("physical_links", [])
-    if not isinstance(links, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in links):
-        raise ConfigError(src, "split.physical_links", "must be a list of link indices")
-    for i in links:
-        if not 0 <= i < n_links:
-            raise ConfigError(src, "split.physical_links", f"link {i} outside 0..{n_links - 1}")
-    stab = data.get("stability", {})
-    if not isinstance(stab, dict):
-        raise ConfigError(src, "stability", "must be a table")
-    for key in stab:
-        if key not in ("cutoff_hz", "tau_max_s"):
-            raise ConfigError(src, f"stability.{key}", "unknown key; expected cutoff_hz or tau_max_s")
-    defaults = {}
-    for key in ("cutoff_hz", "tau_max_s"):
-        if key in stab:
-            v = stab[key]
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not (math.isfinite(v) and v > 0):
-                raise ConfigError(src, f"stability.{key}", "must be a positive number")
-            defaults[key] = float(v)
-    return dict(
-        masses=masses, springs=springs, dampers=dampers, interface=interface, physical_masses=physical_masses,
-        physical_links=links, cutoff_hz=defaults.get("cutoff_hz", 500.0), tau_max=defaults.get("tau_max_s", 1.0), **walls,
-    )
+    cfg = load_chain(path)
+    return dict(cfg.chain_kwargs(), cutoff_hz=cfg.cutoff_hz, tau_max=cfg.tau_max_s)
 
 
 def run_chain(args) -> int:
     from .. import stability as st
+    from ..config import load_chain
 
     _check_common(args)
-    spec = read_chain(args.file)
-    cutoff = args.cutoff_hz if args.cutoff_hz is not None else spec.pop("cutoff_hz")
-    spec.pop("cutoff_hz", None)
-    tau_max = args.tau_max if args.tau_max is not None else spec.pop("tau_max")
-    spec.pop("tau_max", None)
+    cfg = load_chain(args.file, args.overrides)
+    if args.cutoff_hz is None and cfg.cutoff_hz > MAX_CUTOFF_HZ:
+        raise ConfigError(args.file, "stability.cutoff_hz", f"{cfg.cutoff_hz:g} exceeds {MAX_CUTOFF_HZ:g} Hz: no actuator follows commands that fast")
+    cutoff = args.cutoff_hz if args.cutoff_hz is not None else cfg.cutoff_hz
+    tau_max = _tau_max(args, cfg.tau_max_s, cutoff, default_name=f"{args.file}: stability.tau_max_s")
     try:
-        system = st.chain_hybrid(**spec)
+        system = st.chain_hybrid(**cfg.chain_kwargs())
     except ValueError as e:
         raise ConfigError(args.file, "split", str(e)) from None
     cd = system.critical_delay(cutoff, tau_max=tau_max)
-    out = dict(file=str(args.file), interface=[f"x{i}" for i in spec["interface"]], **cd.to_dict(), tau_max_s=tau_max,
+    out = dict(file=str(args.file), interface=[f"x{i}" for i in cfg.interface], **cd.to_dict(), tau_max_s=tau_max,
                neutral=system.is_neutral)
     if args.plot:
         _plot_locus(system, cd.delay_s, tau_max, cutoff, args.plot, f"chain {Path(args.file).name}")
@@ -399,82 +378,6 @@ def run_chain(args) -> int:
 # beam
 
 
-_BEAM_KEYS = (
-    ("width_mm", "width", 1e-3),
-    ("thickness_mm", "thickness", 1e-3),
-    ("youngs_modulus_gpa", "youngs_modulus", 1e9),
-    ("density_kg_m3", "density", 1.0),
-    ("zeta_mass_per_s", "zeta_mass", 1.0),
-    ("zeta_stiffness_s", "zeta_stiffness", 1.0),
-)
-
-
-def _read_sweep_beam(path: str) -> dict:
-    """The split beam of a sweep file, in SI units: ``total_length``, ``interface_at``, NS
-    section/material (``width, thickness, youngs_modulus, density, zeta_mass,
-    zeta_stiffness``), ``physical`` (PS overrides, possibly empty), ``elements_per_metre``.
-
-    Reads ``[numerical]`` (``length_mm, width_mm, thickness_mm, youngs_modulus_gpa,
-    density_kg_m3, zeta_mass_per_s, zeta_stiffness_s``, optional ``elements``) and the PS tip
-    from the sweep's ``[physical]`` table (``length_mm``; section/material keys optional,
-    defaulting to the NS), else ``[design.physical]``, else the rig file's ``[physical]``.
-    Isolated here until ``hbtest.config.load_sweep`` provides it."""
-    data = _read_toml(path)
-    src = str(path)
-    num = data.get("numerical")
-    if not isinstance(num, dict):
-        raise ConfigError(src, "numerical", "missing [numerical] table")
-
-    def number(sec, sname, key, scale, positive=True, default=None, source=src):
-        if key not in sec:
-            if default is not None:
-                return default
-            raise ConfigError(source, f"{sname}.{key}", "missing")
-        v = sec[key]
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or (v <= 0 if positive else v < 0):
-            raise ConfigError(source, f"{sname}.{key}", f"must be a {'positive' if positive else 'non-negative'} number, got {v!r}")
-        return float(v) * scale
-
-    ln = number(num, "numerical", "length_mm", 1e-3)
-    ns = {}
-    for key, attr, scale in _BEAM_KEYS:
-        damping = attr.startswith("zeta")
-        ns[attr] = number(num, "numerical", key, scale, positive=not damping, default=0.0 if damping else None)
-    kind = num.get("kind", "beam")
-    if kind != "beam":
-        raise ConfigError(src, "numerical.kind", f"the beam stability analysis needs kind = \"beam\", got {kind!r}")
-    root = num.get("root", "clamped")
-    phys, psrc, pname = None, src, "physical"
-    if isinstance(data.get("physical"), dict):
-        phys = data["physical"]
-    elif isinstance(data.get("design"), dict) and isinstance(data["design"].get("physical"), dict):
-        phys, pname = data["design"]["physical"], "design.physical"
-    elif isinstance(data.get("rig"), str):
-        rig_path = (Path(path).parent / data["rig"]).resolve()
-        if not rig_path.exists():
-            raise ConfigError(src, "physical.length_mm", f"missing, and the rig file {data['rig']} (for its [physical] beam) does not exist")
-        rig = _read_toml(str(rig_path))
-        if not isinstance(rig.get("physical"), dict):
-            raise ConfigError(str(rig_path), "physical", "missing [physical] table (the PS beam)")
-        phys, psrc = rig["physical"], str(rig_path)
-    if phys is None:
-        raise ConfigError(src, "physical.length_mm", "missing (the physical tip length)")
-    lp = number(phys, pname, "length_mm", 1e-3, source=psrc)
-    ps = {}
-    for key, attr, scale in _BEAM_KEYS:
-        if key in phys:
-            v = number(phys, pname, key, scale, positive=not attr.startswith("zeta"), source=psrc)
-            if v != ns[attr]:
-                ps[attr] = v
-    epm = 60.0
-    if "elements" in num:
-        e = num["elements"]
-        if not isinstance(e, int) or isinstance(e, bool) or e < 1:
-            raise ConfigError(src, "numerical.elements", f"must be a positive integer, got {e!r}")
-        epm = max(40.0, e / ln)
-    return dict(total_length=ln + lp, interface_at=ln, root=root, physical=ps, elements_per_metre=epm, **ns)
-
-
 def _alpha_grid(text: str) -> np.ndarray:
     parts = text.split(":")
     try:
@@ -485,19 +388,41 @@ def _alpha_grid(text: str) -> np.ndarray:
         raise UserError(f"--alpha-grid must be A:B:N (e.g. 0.1:0.9:9), got {text!r}") from None
     if not (0 < a < 1 and 0 < b < 1) or n < 1:
         raise UserError(f"--alpha-grid: A and B must lie in (0, 1) and N >= 1, got {text!r}")
+    if n > MAX_ALPHA_POINTS:
+        raise UserError(f"--alpha-grid: N = {n} exceeds {MAX_ALPHA_POINTS} positions (each costs a full crossing scan)")
     return np.linspace(a, b, n)
+
+
+def _beam_spec(args) -> dict:
+    """The split beam of the sweep file, as keyword arguments of
+    :func:`hbtest.stability.beam_hybrid` plus ``total_length`` and ``interface_at`` [m]."""
+    from ..config import load_sweep
+    from ..design import physical_beam_for_design
+    from ..stability import BEAM_SECTION_KEYS
+
+    cfg = load_sweep(args.file, args.overrides)
+    nb = cfg.numerical.beam
+    pb, _ = physical_beam_for_design(cfg)
+    physical = {key: getattr(pb, key) for key in BEAM_SECTION_KEYS if getattr(pb, key) != getattr(nb, key)}
+    if args.elements_per_metre is not None:
+        epm = args.elements_per_metre
+        if not (math.isfinite(epm) and epm > 0):
+            raise UserError(f"--elements-per-metre must be positive, got {epm}")
+    else:
+        epm = max(BEAM_MIN_ELEMENTS_PER_METRE, nb.elements / nb.length)
+    spec = dict(width=nb.width, thickness=nb.thickness, youngs_modulus=nb.youngs_modulus, density=nb.density,
+                zeta_mass=nb.zeta_mass, zeta_stiffness=nb.zeta_stiffness, root=cfg.numerical.root, physical=physical,
+                elements_per_metre=epm)
+    return dict(spec, total_length=nb.length + pb.length, interface_at=nb.length)
 
 
 def run_beam(args) -> int:
     from .. import stability as st
 
     _check_common(args)
-    spec = _read_sweep_beam(args.file)
-    L = spec["total_length"]
-    if args.elements_per_metre is not None:
-        if not (math.isfinite(args.elements_per_metre) and args.elements_per_metre > 0):
-            raise UserError(f"--elements-per-metre must be positive, got {args.elements_per_metre}")
-        spec["elements_per_metre"] = args.elements_per_metre
+    spec = _beam_spec(args)
+    L = spec.pop("total_length")
+    interface_at = spec.pop("interface_at")
     if args.alpha_grid is not None:
         alphas = _alpha_grid(args.alpha_grid)
     elif args.alpha is not None:
@@ -505,23 +430,32 @@ def run_beam(args) -> int:
             raise UserError(f"--alpha must lie in (0, 1), got {args.alpha}")
         alphas = np.array([args.alpha])
     else:
-        alphas = np.array([spec["interface_at"] / L])
-    tau_max = args.tau_max or 1.0
-    kw = {k: spec[k] for k in ("width", "thickness", "youngs_modulus", "density", "zeta_mass", "zeta_stiffness", "elements_per_metre", "physical", "root")}
+        alphas = np.array([interface_at / L])
+    epm = spec["elements_per_metre"]
+    n_el = max(st.beam_elements(L, a * L, epm) for a in alphas)
+    if n_el > st.MAX_BEAM_ELEMENTS:
+        source = "--elements-per-metre" if args.elements_per_metre is not None else f"{args.file}: numerical.elements"
+        raise UserError(f"{source}: {epm:g} elements per metre give {n_el} elements over the {L * 1e3:g} mm beam, "
+                        f"more than {st.MAX_BEAM_ELEMENTS} (dense characteristic matrix)")
+    tau_max = _tau_max(args, DEFAULT_TAU_MAX_S, args.cutoff_hz)
 
     def build(a, **extra):
         try:
-            return st.beam_hybrid(L, a * L, **kw, **extra)
+            return st.beam_hybrid(L, a * L, **spec, **extra)
         except ValueError as e:
             raise ConfigError(args.file, "numerical", str(e)) from None
 
     results = []
-    for a in alphas:
-        cd = build(a).critical_delay(args.cutoff_hz, tau_max=tau_max)
-        results.append(cd)
+    for i, a in enumerate(alphas):
+        results.append(build(a).critical_delay(args.cutoff_hz, tau_max=tau_max))
+        if alphas.size > 1:
+            print(f"hbtest: alpha {i + 1}/{alphas.size} = {a:.4f}: critical delay {_fmt(results[-1].delay_s, 1e3)} ms", file=sys.stderr)
     if args.plot:
         if alphas.size > 1:
-            _plot_map(build, alphas, results, args, L)
+            finite = [r.delay_s for r in results if math.isfinite(r.delay_s)]
+            top = 3.0 * max(finite) if finite else tau_max
+            dm = st.delay_map(build, alphas, np.linspace(0.0, top, MAP_DELAYS), args.cutoff_hz)
+            _save_plot(args.plot, lambda ax: st.plot_delay_map(ax, dm))
         else:
             red = build(alphas[0], modes_up_to_hz=3 * args.cutoff_hz)
             _plot_locus(red, results[0].delay_s, tau_max, args.cutoff_hz, args.plot,
@@ -542,31 +476,3 @@ def run_beam(args) -> int:
     for a, r in zip(alphas, results):
         print(f"  {a:>7.4f} {a * L * 1e3:>12.2f} {_fmt(r.delay_s, 1e3, '{:.4f}'):>10} {_fmt(r.frequency_hz, 1, '{:.2f}'):>9}  {r.boundary}")
     return 0
-
-
-def _plot_map(build, alphas, results, args, L) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ..stability import delay_map
-
-    finite = [r.delay_s for r in results if math.isfinite(r.delay_s)]
-    top = 3.0 * max(finite) if finite else (args.tau_max or 0.01)
-    delays = np.linspace(0.0, top, 200)
-    dm = delay_map(build, alphas, delays, args.cutoff_hz)
-    fig, ax = plt.subplots(figsize=(7, 5))
-    ax.pcolormesh(delays * 1e3, alphas, dm.unstable_roots, shading="nearest", cmap="Reds")
-    ax.plot(dm.critical_delay_s * 1e3, alphas, "k.-", label="critical delay")
-    ax.set_xlabel("delay τ [ms]")
-    ax.set_ylabel("α = L_N / L")
-    ax.set_title(f"unstable roots below {args.cutoff_hz:g} Hz (white: stable)")
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    try:
-        fig.savefig(args.plot, dpi=120)
-    except OSError as e:
-        raise UserError(f"--plot: cannot write {args.plot}: {e.strerror or e}") from None
-    finally:
-        plt.close(fig)
