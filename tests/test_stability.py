@@ -631,7 +631,6 @@ def test_plot_helpers_draw_on_a_given_axes():
 
 
 def test_load_chain_matches_the_file_and_takes_overrides():
-    from hbtest.commands.stability import read_chain
     from hbtest.config import ChainConfig, load_chain
 
     cfg = load_chain("sweeps/three-mass-chain.toml")
@@ -641,8 +640,6 @@ def test_load_chain_matches_the_file_and_takes_overrides():
     assert cfg.left_wall and cfg.right_wall and cfg.cutoff_hz == 500.0 and cfg.tau_max_s == 1.0
     sy = S.chain_hybrid(**cfg.chain_kwargs())
     assert sy.dof_names == ("I.x0", "I.x2", "P.x1")
-    legacy = read_chain("sweeps/three-mass-chain.toml")  # the dict hbtest classical chain uses
-    assert legacy == dict(cfg.chain_kwargs(), cutoff_hz=500.0, tau_max=1.0)
     over = load_chain("sweeps/three-mass-chain.toml", ["stability.cutoff_hz=250", "chain.masses_kg=[2.0, 0.5, 1.0]"])
     assert over.cutoff_hz == 250.0 and over.masses == (2.0, 0.5, 1.0)
 

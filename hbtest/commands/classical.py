@@ -239,11 +239,10 @@ def run_sdof(args) -> int:
 
 def run_chain(args) -> int:
     from .. import classical as cl
-    from .stability import read_chain
+    from ..config import load_chain
 
     check_plot(args)
-    spec = read_chain(args.file)
-    chain = {k: v for k, v in spec.items() if k not in ("cutoff_hz", "tau_max")}
+    chain = load_chain(args.file).chain_kwargs()
     try:
         system = cl.chain_benchmark(chain, args.force_dof, label=Path(args.file).stem)
     except KeyError as e:

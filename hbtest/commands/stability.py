@@ -333,16 +333,6 @@ def _run_predictor(args) -> int:
 # chain
 
 
-def read_chain(path: str) -> dict:
-    """The keyword arguments of :func:`hbtest.stability.chain_hybrid` plus ``cutoff_hz`` and
-    ``tau_max`` from a chain file; kept for ``hbtest classical chain``, parsed by
-    :func:`hbtest.config.load_chain`."""
-    from ..config import load_chain
-
-    cfg = load_chain(path)
-    return dict(cfg.chain_kwargs(), cutoff_hz=cfg.cutoff_hz, tau_max=cfg.tau_max_s)
-
-
 def run_chain(args) -> int:
     from .. import stability as st
     from ..config import load_chain
