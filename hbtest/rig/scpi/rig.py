@@ -1,0 +1,283 @@
+"""``ScpiRig``: a two-channel arbitrary waveform generator and a digitiser composed into one
+:class:`hbtest.rig.Rig` by the rig file (kind ``scpi``; see ``instruments/lab-33500b-scope.toml``).
+
+Units: volts, hertz, seconds. Demand convention: per actuator
+``v(t) = a0 + Re sum_k V_k exp(i k 2 pi f t)`` (``hbtest.harmonics``: ``X_k = a_k - i b_k``).
+
+How a demand reaches an actuator
+--------------------------------
+Each actuator is one generator channel. Its AC part is one period of the multisine sampled at
+``arb_points`` points, ``w[n] = Re sum_{k>=1} V_k exp(2 pi i k n / N)``, uploaded as DAC codes
+``round(32767 w[n] / P)`` with ``P = max |w[n]|``; the amplitude is ``2 P`` [Vpp], the offset
+is ``a0`` and the sample rate is ``N f`` so one waveform is exactly one period. Before anything
+is written the peak bound ``|a0| + max(sum_k |V_k|, 1 mV)`` is checked against the actuator's
+limit (:class:`hbtest.errors.LimitExceeded`, nothing sent); the written amplitude and offset
+are rounded toward zero and changed in the order that keeps ``|offset| + amplitude/2`` within
+the limit at every intermediate state, and the generator's own limits (``VOLT:LIM``) are set
+before the output is ever switched on. A demand change is a sequence of ``n`` steps over the
+ramp (``V_prev + (V - V_prev) j / n``, one waveform upload + level change per step, at most
+``max_ramp_steps``, one per ``ramp_step_s``): every step is a convex combination of two
+checked demands, so every step is within the limit too.
+
+Synchronisation (which cable goes where)
+----------------------------------------
+- generator CH1/CH2 outputs -> the actuators' amplifier inputs (high impedance: the generator
+  is set to ``OUTP:LOAD INF`` so the volts written are the volts at the amplifier);
+- generator **Sync** output (``OUTP:SYNC:SOUR CH<sync_channel>``) -> digitiser **EXT TRIG**
+  input: the Sync edge rises at point 0 of the arbitrary waveform, i.e. at phase 0 of the
+  demand (``t = m / f``); after every waveform change both channels are restarted together
+  (``FUNC:ARB:SYNC``) so both actuators and the Sync edge share that phase 0;
+- the digitiser triggers on that rising edge in NORMAL sweep (never auto), with the record
+  starting at the trigger, so its sample times after the trigger are demand times modulo whole
+  periods. The fixed latency between the true phase 0 and the trigger (Sync output delay,
+  cable, trigger path) is ``trigger_delay_s`` of the rig file: a sample at ``t_rel`` after the
+  trigger is at demand time ``t_rel + trigger_delay_s``;
+- recommended: generator 10 MHz Ref Out -> digitiser 10 MHz Ref In (``:TIM:REFC ON`` on the
+  scope), so the sample clock does not drift against the demand within a record (20 ppm is
+  4 mrad after 2 s at 17 Hz).
+
+Acquisitions report ``t`` as ``m T + t_rel + trigger_delay_s`` with ``m T`` the last whole
+period at or before the trigger on the rig's wall clock (:attr:`ScpiRig.elapsed_s`, seconds
+since open); the demand formula holds for any whole number of periods, so ``t`` is in the
+demand time base. Over-range (a clipped digitiser sample) is reported per sensor channel in
+:attr:`ScpiAcquisition.overrange`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import InstrumentError, LimitExceeded
+from .. import Acquisition, RigDescription
+from .keysight33500b import DAC_FULL_SCALE, MIN_AMPLITUDE_VPP, Keysight33500B
+
+__all__ = ["ScpiRig", "ScpiAcquisition", "synthesise", "RECORD_MARGIN"]
+
+RECORD_MARGIN = 0.02  # the digitiser records 2 % more than the periods asked (whole periods fit)
+ZERO_PEAK_V = 1e-12  # an AC part below this is "no AC" (all-zero waveform)
+
+
+@dataclass(frozen=True)
+class ScpiAcquisition(Acquisition):
+    """An :class:`~hbtest.rig.Acquisition` plus ``overrange``: the sensor channels with a
+    clipped sample (ADC full scale) in the record."""
+
+    overrange: tuple[str, ...] = ()
+
+
+def synthesise(coefficients: np.ndarray, orders, points: int) -> tuple[np.ndarray, float, float]:
+    """One actuator's demand -> (int16 DAC codes of one period, amplitude [Vpp], offset [V]).
+    ``coefficients``: complex, one per order (``X_0 = a0`` real)."""
+    orders = np.asarray(orders, dtype=int)
+    c = np.asarray(coefficients, dtype=complex)
+    a0 = float(np.real(c[orders == 0].sum()))
+    n = np.arange(points)
+    w = np.zeros(points)
+    for k, X in zip(orders, c):
+        if k > 0 and X != 0:
+            w += np.real(X * np.exp(2j * np.pi * k * n / points))
+    peak = float(np.abs(w).max())
+    if peak < ZERO_PEAK_V:
+        return np.zeros(points, dtype=np.int16), MIN_AMPLITUDE_VPP, a0
+    codes = np.clip(np.rint(w / peak * DAC_FULL_SCALE), -DAC_FULL_SCALE, DAC_FULL_SCALE).astype(np.int16)
+    return codes, 2.0 * peak, a0
+
+
+class ScpiRig:
+    """A generator (actuators) + digitiser (sensors) rig. ``clock``/``sleep`` default to the
+    wall clock (tests pass fakes so ramps take no time)."""
+
+    def __init__(self, rig_config, generator: Keysight33500B, digitiser, clock=time.monotonic, sleep=time.sleep):
+        self.config = rig_config
+        self.spec = rig_config.spec
+        self.gen = generator
+        self.dig = digitiser
+        self._clock, self._sleep = clock, sleep
+        self._t_open = clock()
+        self.actuators = tuple(rig_config.actuators)
+        gch = {c.actuator: c for c in self.spec.generator.channels}
+        self._gen_channels = [gch[a] for a in self.actuators]
+        self._dig_channels = list(self.spec.digitiser.channels)
+        self._freq: float | None = None
+        self._orders = None
+        self._V = None
+        self._armed = False
+        self._closed = False
+        self._record = None
+        self._idn = {"generator": generator.identify(), "digitiser": digitiser.identify()}
+        generator.setup()
+        digitiser.setup(self.spec.digitiser.trigger_level_v)
+        for c in self._dig_channels:
+            digitiser.configure_channel(c.channel, c.range_v, c.offset_v)
+
+    # -- Rig protocol -------------------------------------------------------------------
+    def describe(self) -> RigDescription:
+        cfg = self.config
+        details = {
+            "generator": self._idn["generator"],
+            "digitiser": self._idn["digitiser"],
+            "actuator_channels": {c.actuator: c.channel for c in self._gen_channels},
+            "actuator_limits_v": {c.actuator: c.voltage_limit_v for c in self._gen_channels},
+            "sensor_channels": {c.sensor: c.channel for c in self._dig_channels},
+            "sensor_ranges_v": {c.sensor: c.range_v for c in self._dig_channels},
+            "trigger_delay_s": self.spec.digitiser.trigger_delay_s,
+        }
+        return RigDescription(
+            identity=cfg.identity, kind="scpi", actuators=self.actuators, sample_rate_hz=cfg.sample_rate_hz,
+            voltage_limit_v=cfg.voltage_limit_v, sensors=cfg.sensors, details=details, input_range_v=None,
+        )
+
+    @property
+    def elapsed_s(self) -> float:
+        return self._clock() - self._t_open
+
+    def _check_open(self):
+        if self._closed:
+            raise InstrumentError(f"{self.config.identity}: rig is closed")
+
+    def check_demand(self, frequency_hz: float, voltage: np.ndarray, orders) -> np.ndarray:
+        """Validate a demand and its peak bound per actuator; returns it as complex
+        (n_actuators, n_orders). Raises LimitExceeded (nothing is sent)."""
+        orders = np.asarray(orders, dtype=int)
+        V = np.asarray(voltage, dtype=complex)
+        if V.shape != (len(self.actuators), orders.size):
+            raise ValueError(f"voltage must have shape ({len(self.actuators)}, {orders.size}), got {V.shape}")
+        if not (np.isfinite(frequency_hz) and frequency_hz > 0) or not np.all(np.isfinite(V)):
+            raise ValueError("frequency and voltages must be finite (frequency > 0)")
+        points = self.spec.generator.arb_points
+        if orders.max(initial=0) * 8 > points:
+            raise ValueError(f"harmonic {orders.max()} needs arb_points >= {8 * orders.max()} (have {points})")
+        for i, c in enumerate(self._gen_channels):
+            dc = np.abs(V[i, orders == 0]).sum()
+            ac = np.abs(V[i, orders > 0]).sum()
+            peak = dc + max(ac, MIN_AMPLITUDE_VPP / 2)
+            if peak > c.voltage_limit_v:
+                raise LimitExceeded(
+                    f"{self.config.identity}: actuator {c.actuator!r}: demand peak {peak:.4g} V exceeds its limit of {c.voltage_limit_v:g} V"
+                )
+        return V
+
+    def set_demand(self, frequency_hz: float, voltage: np.ndarray, orders, ramp_periods: float = 2.0) -> None:
+        self._check_open()
+        V = self.check_demand(frequency_hz, voltage, orders)
+        orders = np.asarray(orders, dtype=int)
+        if not self._armed:
+            self._arm(frequency_hz)
+            prev = np.zeros_like(V)
+        elif self._orders is not None and np.array_equal(self._orders, orders):
+            prev = self._V
+        else:  # re-expressed on the new orders: orders not carried over start from zero
+            prev = np.zeros_like(V)
+            for j, k in enumerate(orders):
+                hit = np.flatnonzero(self._orders == k)
+                if hit.size:
+                    prev[:, j] = self._V[:, hit[0]]
+        g = self.spec.generator
+        ramp_s = max(float(ramp_periods), 0.0) / frequency_hz
+        steps = 1 if ramp_s <= 0 else int(min(g.max_ramp_steps, max(1, math.ceil(ramp_s / g.ramp_step_s))))
+        for j in range(1, steps + 1):
+            self._apply(frequency_hz, prev + (V - prev) * (j / steps), orders)
+            self._freq, self._orders, self._V = frequency_hz, orders, prev + (V - prev) * (j / steps)
+            if ramp_s > 0:
+                self._sleep(ramp_s / steps)
+        self._V = V.copy()
+
+    def _arm(self, frequency_hz: float) -> None:
+        """Load, limits, (zero) waveform on every channel, Sync output, restart together,
+        error queue empty, then outputs on — at 0 V: the ramp brings the demand up."""
+        g = self.spec.generator
+        rate = g.arb_points * frequency_hz
+        for c in self._gen_channels:
+            self.gen.arm_channel(c.channel, c.voltage_limit_v, np.zeros(g.arb_points, dtype=np.int16), rate, 0.0, 0.0)
+        self.gen.set_sync_output(g.sync_channel)
+        self.gen.sync_arbs()
+        errors = self.gen.errors()
+        if errors:
+            self.gen.ramp_down([c.channel for c in self._gen_channels], 0.0, steps=1, sleep=self._sleep)
+            raise InstrumentError(f"{self.gen.name}: refused the arming sequence: {'; '.join(errors)}")
+        for c in self._gen_channels:
+            self.gen.output_on(c.channel)
+        self._armed = True
+
+    def _apply(self, frequency_hz: float, V: np.ndarray, orders) -> None:
+        g = self.spec.generator
+        rate = g.arb_points * frequency_hz
+        changed = False
+        for i, c in enumerate(self._gen_channels):
+            codes, amplitude, offset = synthesise(V[i], orders, g.arb_points)
+            st = self.gen.state[c.channel]
+            if st.codes is None or not np.array_equal(codes, st.codes) or st.sample_rate != rate:
+                self.gen.upload_arb(c.channel, codes, rate)
+                changed = True
+            self.gen.set_level(c.channel, amplitude, offset)
+        if changed:
+            self.gen.sync_arbs()
+
+    def acquire(self, n_periods: int) -> ScpiAcquisition:
+        self._check_open()
+        if self._freq is None:
+            raise RuntimeError(f"{self.config.identity}: set_demand() first (no frequency yet)")
+        if int(n_periods) != n_periods or n_periods < 1:
+            raise ValueError(f"n_periods must be a positive integer, got {n_periods!r}")
+        n_periods = int(n_periods)
+        f = self._freq
+        d = self.spec.digitiser
+        need = n_periods / f
+        duration = need * (1 + RECORD_MARGIN) + max(d.trigger_delay_s, 0.0)
+        points = int(min(d.max_points, math.ceil(self.config.sample_rate_hz * duration)))
+        if self._record != (duration, points):
+            self.dig.set_record(duration, points)
+            self._record = (duration, points)
+        chans = [c.channel for c in self._dig_channels]
+        self.dig.digitize(chans, wait_s=duration + 1.0 / f)
+        t_trigger = self.elapsed_s - duration
+        rec = self.dig.read(chans)
+        t_rel = rec.t + d.trigger_delay_s
+        keep = (t_rel >= 0) & (t_rel < need)
+        if not keep.any():
+            raise InstrumentError(f"{self.dig.name}: record holds no sample of the {need:.4g} s asked for")
+        dt = float(np.median(np.diff(rec.t))) if rec.t.size > 1 else need
+        covered = t_rel[keep][-1] - t_rel[keep][0] + 1.5 * dt
+        if covered < need:
+            raise InstrumentError(f"{self.dig.name}: record covers {covered:.4g} s, {need:.4g} s ({n_periods} periods) needed: raise max_points or lower the rate")
+        m = math.floor(max(t_trigger, 0.0) * f)
+        t = m / f + t_rel[keep]
+        data = {c.sensor: rec.volts[c.channel][keep] for c in self._dig_channels}
+        over = tuple(c.sensor for c in self._dig_channels if c.channel in rec.overrange)
+        return ScpiAcquisition(t=t, data=data, frequency_hz=f, sample_rate_hz=1.0 / dt, n_periods=n_periods, elapsed_s=self.elapsed_s, overrange=over)
+
+    def wait(self, n_periods: float) -> None:
+        self._check_open()
+        if self._freq is None:
+            raise RuntimeError(f"{self.config.identity}: set_demand() first (no frequency yet)")
+        self._sleep(max(float(n_periods), 0.0) / self._freq)
+
+    def safe_state(self) -> None:
+        """Ramp every output down over ``ramp_down_s`` (amplitude to the minimum, offset to
+        0 V), then outputs off. The next ``set_demand`` re-arms from zero."""
+        if self._closed or not self._armed:
+            return
+        self.gen.ramp_down([c.channel for c in self._gen_channels], self.spec.generator.ramp_down_s, sleep=self._sleep)
+        self._armed = False
+        if self._V is not None:
+            self._V = np.zeros_like(self._V)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            self.safe_state()
+        finally:
+            self._closed = True
+            self.gen.link.close()
+            self.dig.link.close()
+
+    def __enter__(self) -> "ScpiRig":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
