@@ -15,6 +15,7 @@ Rig-file tables owned by this kind (units in the key names; see
     ramp_step_s = 0.05            # at most one waveform/level step per this time during a ramp
     max_ramp_steps = 20
     ramp_down_s = 1.0             # safe ramp-down duration
+    ramp_down_steps = 20          # ... in this many amplitude steps
     [[generator.channels]]        # one per actuator of [rig].actuators
     actuator = "vertical"; channel = 1; voltage_limit_v = 5.0   # <= [rig].voltage_limit_v (default: it)
 
@@ -78,6 +79,7 @@ class GeneratorSpec:
     max_ramp_steps: int = 20
     ramp_down_s: float = 1.0
     output_load: str = "INF"
+    ramp_down_steps: int = 20
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,7 @@ def _parse_generator(sec, common) -> GeneratorSpec:
         max_ramp_steps=sec.integer("max_ramp_steps", 20, min=1, max=1000),
         ramp_down_s=sec.number("ramp_down_s", 1.0, nonnegative=True, max=600),
         output_load=sec.string("output_load", "INF", choices=("INF",)),
+        ramp_down_steps=sec.integer("ramp_down_steps", 20, min=1, max=1000),
     )
     sec.finish()
     return spec

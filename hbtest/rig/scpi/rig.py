@@ -58,6 +58,7 @@ from .keysight33500b import DAC_FULL_SCALE, MIN_AMPLITUDE_VPP, Keysight33500B
 __all__ = ["ScpiRig", "ScpiAcquisition", "synthesise", "RECORD_MARGIN"]
 
 RECORD_MARGIN = 0.02  # the digitiser records 2 % more than the periods asked (whole periods fit)
+LIMIT_RTOL = 1e-12  # float slack of the peak check (as hbtest.rig.check_voltage); writes round toward zero
 ZERO_PEAK_V = 1e-12  # an AC part below this is "no AC" (all-zero waveform)
 
 
@@ -155,7 +156,7 @@ class ScpiRig:
             dc = np.abs(V[i, orders == 0]).sum()
             ac = np.abs(V[i, orders > 0]).sum()
             peak = dc + max(ac, MIN_AMPLITUDE_VPP / 2)
-            if peak > c.voltage_limit_v:
+            if peak > c.voltage_limit_v * (1 + LIMIT_RTOL):
                 raise LimitExceeded(
                     f"{self.config.identity}: actuator {c.actuator!r}: demand peak {peak:.4g} V exceeds its limit of {c.voltage_limit_v:g} V"
                 )
@@ -261,7 +262,8 @@ class ScpiRig:
         0 V), then outputs off. The next ``set_demand`` re-arms from zero."""
         if self._closed or not self._armed:
             return
-        self.gen.ramp_down([c.channel for c in self._gen_channels], self.spec.generator.ramp_down_s, sleep=self._sleep)
+        g = self.spec.generator
+        self.gen.ramp_down([c.channel for c in self._gen_channels], g.ramp_down_s, steps=g.ramp_down_steps, sleep=self._sleep)
         self._armed = False
         if self._V is not None:
             self._V = np.zeros_like(self._V)
