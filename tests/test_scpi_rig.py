@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hbtest.config import load_rig
@@ -211,6 +211,8 @@ def demands(draw):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(demands())
+@example(((0, 1), [(10.0, np.array([[4.9, 0], [-3.9, 0]]), 0.0), (10.0, np.array([[0, 4.9], [0, 3.9j]]), 0.0)]))  # DC -> AC in one jump
+@example(((0, 1), [(10.0, np.array([[0, 4.9], [0, 3.9j]]), 0.0), (12.0, np.array([[-4.9, 0], [3.9, 0]]), 0.0)]))  # AC -> DC
 def test_nothing_beyond_the_limit_is_ever_written(case):
     orders, seq = case
     rig, gen = recorder_rig(CFG)
