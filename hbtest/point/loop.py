@@ -211,11 +211,11 @@ class PointLoop:
             return measure_interface_from_coefficients(rec, self.layout, self.orders, self.s.force_method), tuple(rec.overrange)
         acq = self.rig.acquire(int(n_periods))
         meas = measure_interface(acq, self.layout, self.orders, self.s.force_method, reject_mains=reject)
-        over = ()
+        over = set(getattr(acq, "overrange", ()))
         if self.input_range:
             limit = OVERRANGE_FRACTION * self.input_range
-            over = tuple(n for n, x in acq.data.items() if np.max(np.abs(x)) >= limit)
-        return meas, over
+            over |= {n for n, x in acq.data.items() if np.max(np.abs(x)) >= limit}
+        return meas, tuple(sorted(over))
 
     def evaluate(self, num: NumericalSide, V: np.ndarray, transient_tol: float | None = None) -> Evaluation:
         """Apply ``V`` (clipped to the voltage limit), settle, measure. Rig time: ramp +

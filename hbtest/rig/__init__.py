@@ -43,6 +43,7 @@ class Acquisition:
     sample_rate_hz: float
     n_periods: int
     elapsed_s: float
+    overrange: tuple[str, ...] = ()  # channels the instrument itself reported clipped in the record
 
 
 @dataclass(frozen=True)
