@@ -1,0 +1,71 @@
+"""``hbtest serve --rig FILE [--host 127.0.0.1] [--port 5025] [--seed N]``: serve the
+acquisition-box protocol (instruments/README.md) backed by the virtual twin of FILE.
+
+The first line printed is ``hbtest serve: listening on HOST:PORT ...`` (``--port 0`` picks a
+free port; scripts read the port from that line). Ctrl+C or SIGTERM: outputs ramp to zero,
+sockets close, exit 0."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+
+def register(sub) -> None:
+    p = sub.add_parser("serve", help="serve the acquisition-box protocol over TCP, backed by a virtual rig (loopback by default)")
+    p.add_argument("--rig", required=True, metavar="FILE", help="a virtual rig file, e.g. instruments/virtual-cantilever.toml")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a value of the rig file (repeatable)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=5025, help="TCP port (default 5025; 0 = a free port, printed on the first line)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the twin (default: the rig file's)")
+    p.add_argument("--watchdog", type=float, default=None, metavar="S",
+                   help="default watchdog time [s] (a host sets its own with OUTP:PROT:WDOG)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..config import load_rig
+    from ..errors import ConfigError, UserError
+    from ..rig.box.server import DEFAULT_WATCHDOG_S, BoxServer
+
+    cfg = load_rig(args.rig, args.overrides)
+    if cfg.kind != "virtual":
+        raise ConfigError(args.rig, "rig.kind", f"hbtest serve needs a virtual rig file (the twin to serve), got kind {cfg.kind!r}")
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port must be in 0..65535, got {args.port}")
+    watchdog = DEFAULT_WATCHDOG_S if args.watchdog is None else args.watchdog
+    if not watchdog >= 0:
+        raise UserError(f"--watchdog must be >= 0, got {args.watchdog}")
+    stop = threading.Event()
+    started = threading.Event()
+
+    def say(event) -> None:
+        if event.kind == "listening":
+            return  # printed below, with the resource name, as the first line
+        if started.is_set():
+            print(f"hbtest serve: [{event.elapsed_s:10.3f} s] {event.message}", flush=True)
+
+    server = BoxServer(cfg, host=args.host, port=args.port, seed=args.seed, watchdog_s=watchdog, on_event=say)
+    try:
+        host, port = server.start()
+    except OSError as e:
+        raise UserError(f"hbtest serve: cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
+    print(f"hbtest serve: listening on {host}:{port} (resource {server.resource}; rig {cfg.identity!r}; Ctrl+C stops)", flush=True)
+    started.set()
+
+    def handler(signum, frame):
+        stop.set()
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not stop.wait(0.2):
+            pass
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        server.stop()
+        print("hbtest serve: stopped (outputs at zero, sockets closed)", flush=True)
+    sys.stdout.flush()
+    return 0
