@@ -16,7 +16,10 @@ Raw-socket traps handled here:
   the link dropped, reports a link trip that is cleared; the demand is re-armed and re-applied
   with its ramp); ``retries`` bounds resyncs and reconnects together, after which an
   :class:`~hbtest.errors.InstrumentError` names the box and its resource;
-- malformed replies or garbage bytes: one InstrumentError naming the box, never a hang.
+- malformed replies or garbage bytes: one InstrumentError naming the box, never a hang;
+- Nagle + delayed ACK: a second small write before the reply to the first stalls ~40 ms, and
+  pyvisa-py cannot set TCP_NODELAY on a socket session (its setter raises), so every request
+  is exactly one write (commands and the closing query joined) followed by its reply.
 
 Safety: a demand is checked against the rig file's limits (:mod:`hbtest.rig.safety`) before
 a byte is sent; the box enforces the same limits again (and trips). ``safe_state`` ramps to
@@ -34,11 +37,12 @@ from ...errors import InstrumentError, LimitExceeded, UserError
 from .. import Acquisition, ChannelCoefficients, RigDescription, safety
 from .protocol import Record, Status, decode_array, fmt, parse_error_reply, reply_length
 
-__all__ = ["BoxRig", "MAX_STALE_REPLIES", "RECONNECT_SETTLE_PERIODS", "READ_CHUNK_BYTES"]
+__all__ = ["BoxRig", "MAX_STALE_REPLIES", "RECONNECT_SETTLE_PERIODS", "READ_CHUNK_BYTES", "DRAIN_TIMEOUT_MS"]
 
 MAX_STALE_REPLIES = 16  # replies dropped while waiting for one request's reply
 RECONNECT_SETTLE_PERIODS = 5.0  # periods waited after re-applying the demand on a reconnect
 READ_CHUNK_BYTES = 1 << 20  # pyvisa chunk size for block reads
+DRAIN_TIMEOUT_MS = 50  # quiet time that ends the drain after a timeout
 
 
 class _Timeout(Exception):
@@ -160,9 +164,10 @@ class BoxRig:
             raise _Malformed(f"unterminated reply {raw[:60]!r}")
         return text[:-1]
 
-    def _ask(self, query: str) -> str:
-        """A plain query (no epoch): its one reply line."""
-        self._write(query)
+    def _ask(self, query: str, before=()) -> str:
+        """A plain query (no epoch): its one reply line. ``before``: commands sent in the same
+        write (one write per request: see the Nagle note in the module docstring)."""
+        self._write(list(before) + [query])
         raw = self._read_reply()
         self._check_error(raw)
         return self._text(raw)
@@ -264,8 +269,7 @@ class BoxRig:
         setup = ["*CLS", "OUTP:PROT:CLE", "SOUR:VOLT:LIM " + ",".join(fmt(v) for v in self.limits.voltage_v)]
         setup += [f"SENS:LIM {c},{fmt(lo)},{fmt(hi)}" for c, (lo, hi) in self.limits.channels.items()]
         setup += [f"OUTP:PROT:WDOG {fmt(self.spec.watchdog_s)}", "SENS:NUIS NONE"]
-        self._write(setup)
-        err = self._ask("SYST:ERR?")
+        err = self._ask("SYST:ERR?", before=setup)
         ecode, emsg = parse_error_reply(err)
         if ecode != 0:
             raise InstrumentError(f"{self.name}: the box refused the set-up: {ecode}, {emsg}")
@@ -280,10 +284,9 @@ class BoxRig:
         self._connect(first=False)
         if self._demand is not None:
             f, V, orders = self._demand
-            if np.any(V != 0):
-                self._write("OUTP ON")
-                self._armed = True
-            self._apply(f, V, orders, self.spec.ramp_periods)
+            arm = ["OUTP ON"] if np.any(V != 0) else []
+            self._apply(f, V, orders, self.spec.ramp_periods, before=arm)
+            self._armed = bool(arm)
             if np.any(V != 0):
                 self._wait_periods(RECONNECT_SETTLE_PERIODS)
 
@@ -291,15 +294,33 @@ class BoxRig:
         """After a timeout: a sync point (the demand in force re-applied with no ramp under a
         new epoch); replies before its own are stale."""
         self.resyncs += 1
-        try:
-            self._res.clear()  # drop what is already in transit (a late reply may still come: epochs)
-        except Exception:  # noqa: BLE001 - pyvisa-py may raise anything on a broken socket
-            raise _LinkDown("cannot clear the session") from None
+        self._drain()
         if self._demand is not None:
             f, V, orders = self._demand
             self._apply(f, V, orders, 0.0)
         else:
             self._apply(None, None, None, 0.0)
+
+    def _drain(self) -> None:
+        """Drop bytes already in transit (a part of a reply cut by a timeout), reading with a
+        short timeout until the line is quiet. (pyvisa-py's ``clear()`` spins forever on a
+        socket closed by the peer, so it is not used.) Later replies are caught by epochs."""
+        import pyvisa
+
+        old = self._res.timeout
+        try:
+            self._res.timeout = DRAIN_TIMEOUT_MS
+            for _ in range(MAX_STALE_REPLIES):
+                self._res.read_raw()
+        except pyvisa.errors.VisaIOError:
+            pass  # quiet (timeout) or broken: the next write tells
+        except OSError as e:
+            raise _LinkDown(f"read failed: {e}") from None
+        finally:
+            try:
+                self._res.timeout = old
+            except Exception:  # noqa: BLE001
+                pass
 
     def _transact(self, what: str, op):
         """Run ``op`` (write + read on the current session) with bounded retries: a timeout
@@ -362,9 +383,9 @@ class BoxRig:
             lines.append(f"SOUR:COEF {j + 1}," + ",".join(vals))
         return lines
 
-    def _apply(self, f, V, orders, ramp_periods: float) -> Status:
+    def _apply(self, f, V, orders, ramp_periods: float, before=()) -> Status:
         e = self._epoch + 1
-        lines = self._stage_lines(f, V, orders) if f is not None else []
+        lines = list(before) + (self._stage_lines(f, V, orders) if f is not None else [])
         self._write(lines + [f"SOUR:APPL? {fmt(ramp_periods)},{e}"])
         st = self._read_epoch(e, self._parse_status)
         self._epoch = e
@@ -394,9 +415,8 @@ class BoxRig:
         nonzero = bool(np.any(V != 0))
 
         def op():
-            if nonzero and not self._armed:
-                self._write("OUTP ON")
-            st = self._apply(f, V, orders, float(ramp_periods))
+            arm = ["OUTP ON"] if nonzero and not self._armed else []
+            st = self._apply(f, V, orders, float(ramp_periods), before=arm)
             if nonzero:
                 self._armed = True
             return st
@@ -529,8 +549,7 @@ class BoxRig:
         """Clear a latched trip (outputs stay at zero and disarmed until the next demand)."""
 
         def op():
-            self._write("OUTP:PROT:CLE")
-            self._epoch = max(self._epoch, int(self._ask("SOUR:EPOC?")))
+            self._epoch = max(self._epoch, int(self._ask("SOUR:EPOC?", before=["OUTP:PROT:CLE"])))
 
         self._transact("OUTP:PROT:CLE", op)
 
@@ -550,8 +569,7 @@ class BoxRig:
                 self.safe_state()
 
                 def op():
-                    self._write("OUTP OFF")
-                    self._ask("*OPC?")
+                    self._ask("*OPC?", before=["OUTP OFF"])
 
                 self._transact("OUTP OFF", op)
                 self._armed = False

@@ -683,6 +683,9 @@ class BoxServer:
                 if skipping:
                     skipping = False
                     continue
+                if len(line) > MAX_LINE_BYTES:
+                    dev.push_error(-363, f"line longer than {MAX_LINE_BYTES} bytes discarded")
+                    continue
                 reply = dev.execute(line)
                 if reply:
                     conn.sendall(reply)
