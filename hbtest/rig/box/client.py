@@ -212,14 +212,14 @@ class BoxRig:
 
     # -- connection ---------------------------------------------------------------------------
     def _release(self) -> None:
-        for obj in (self._res, self._rm):
-            if obj is not None:
-                try:
-                    obj.close()
-                except Exception:  # noqa: BLE001 - closing a broken pyvisa session may raise anything
-                    pass
+        """Close this rig's session. (The ``@py`` ResourceManager is one per process, shared by
+        every BoxRig: closing it would close the others' sessions, so it is left open.)"""
+        if self._res is not None:
+            try:
+                self._res.close()
+            except Exception:  # noqa: BLE001 - closing a broken pyvisa session may raise anything
+                pass
         self._res = None
-        self._rm = None
 
     def _open_session(self) -> None:
         import pyvisa
