@@ -136,7 +136,13 @@ class BoxRig:
                     except ValueError as e:
                         raise _Malformed(str(e)) from None
                 else:
-                    buf += self._res.read_bytes(n - len(buf))
+                    # a block is read by length: with the termination character enabled the
+                    # session would stop at every 0x0A byte of the binary data
+                    self._res.read_termination = ""
+                    try:
+                        buf += self._res.read_bytes(n - len(buf))
+                    finally:
+                        self._res.read_termination = "\n"
             return bytes(buf[:n])
         except pyvisa.errors.VisaIOError as e:
             if e.error_code == pyvisa.constants.StatusCode.error_timeout:
