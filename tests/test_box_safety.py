@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hbtest import harmonics
 from hbtest.config import load_rig
 from hbtest.errors import InstrumentError, LimitExceeded
 from hbtest.rig import open_rig, safety

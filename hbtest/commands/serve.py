@@ -47,25 +47,27 @@ def run(args) -> int:
         if started.is_set():
             print(f"hbtest serve: [{event.elapsed_s:10.3f} s] {event.message}", flush=True)
 
-    server = BoxServer(cfg, host=args.host, port=args.port, seed=args.seed, watchdog_s=watchdog, on_event=say)
-    try:
-        host, port = server.start()
-    except OSError as e:
-        raise UserError(f"hbtest serve: cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
-    print(f"hbtest serve: listening on {host}:{port} (resource {server.resource}; rig {cfg.identity!r}; Ctrl+C stops)", flush=True)
-    started.set()
-
     def handler(signum, frame):
         stop.set()
 
+    # handlers first: a signal right after the "listening" line must already stop cleanly
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while not stop.wait(0.2):
-            pass
+        server = BoxServer(cfg, host=args.host, port=args.port, seed=args.seed, watchdog_s=watchdog, on_event=say)
+        try:
+            host, port = server.start()
+        except OSError as e:
+            raise UserError(f"hbtest serve: cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
+        try:
+            print(f"hbtest serve: listening on {host}:{port} (resource {server.resource}; rig {cfg.identity!r}; Ctrl+C stops)", flush=True)
+            started.set()
+            while not stop.wait(0.2):
+                pass
+        finally:
+            server.stop()
+            print("hbtest serve: stopped (outputs at zero, sockets closed)", flush=True)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-        server.stop()
-        print("hbtest serve: stopped (outputs at zero, sockets closed)", flush=True)
     sys.stdout.flush()
     return 0
