@@ -30,7 +30,7 @@ class RigTrip(LimitExceeded):
     output): outputs were zeroed and the trip stays latched until cleared."""
 
 
-class RigFault(UserError):
+class RigFault(InstrumentError):
     """A run was stopped by the rig (trip, limit, instrument fault, lost connection); the store
     was marked interrupted and can be resumed once the rig is back."""
 

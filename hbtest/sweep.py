@@ -249,6 +249,8 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
                 say(PointFinished(n, len(todo), i, float(freqs[i]), out.iterations, float(out.final.norm) if out.final else float("nan"),
                                   float(out.rig_periods), bool(out.converged), out.reason, out.message))
                 stop_on = {"trip": cfg.sweep.on_trip, "overrange": cfg.sweep.on_overrange}.get(out.reason)
+                if out.reason == "trip" and stop_on != "stop" and hasattr(rig, "clear_trip"):
+                    rig.clear_trip()  # the point is recorded as tripped; go on with the next
                 if stop_on == "stop":
                     status, cause, reason = "interrupted", "rig", f"point at {freqs[i]:g} Hz: {out.message} (sweep.on_{out.reason} = \"stop\")"
                     break

@@ -138,7 +138,6 @@ def test_server_killed_mid_sweep_fails_cleanly_and_resume_completes(tmp_path):
         np.testing.assert_array_equal(after[name].values[finished], before[name].values[finished])
 
 
-@pytest.mark.xfail(strict=True, reason="needs lead's sweep change: an InstrumentError marks the store 'interrupted' with the reason")
 def test_an_instrument_error_marks_the_store_interrupted_with_the_reason(tmp_path):
     from hbtest.errors import InstrumentError
     from hbtest.rig.box.server import BoxServer
@@ -150,8 +149,10 @@ def test_an_instrument_error_marks_the_store_interrupted_with_the_reason(tmp_pat
     rig = _rig_copy(tmp_path, srv.port)
     rig.write_text(rig.read_text().replace("timeout_s = 5.0", "timeout_s = 0.5").replace("retries = 2 ", "retries = 0 "))
     cfg = load_sweep(PAPER, ["sweep.points=3", f"rig='{rig}'"])
-    def progress(line):
-        if re.match(r"\s*1/3 ", line):
+    def progress(event):
+        from hbtest.events import PointFinished
+
+        if isinstance(event, PointFinished) and event.n == 1:
             srv.stop()
 
     with pytest.raises(InstrumentError):
@@ -159,4 +160,5 @@ def test_an_instrument_error_marks_the_store_interrupted_with_the_reason(tmp_pat
     srv.stop()
     attrs = RunStore.open(tmp_path / "s.zarr").attrs
     assert attrs["status"] == "interrupted"
-    assert "TCPIP0::127.0.0.1" in str(attrs.get("reason", ""))
+    assert attrs["stop_cause"] == "rig"
+    assert "TCPIP0::127.0.0.1" in str(attrs.get("stop_message", ""))

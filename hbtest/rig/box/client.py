@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import InstrumentError, LimitExceeded, UserError
+from ...errors import InstrumentError, LimitExceeded, RigTrip, UserError
 from .. import Acquisition, ChannelCoefficients, RigDescription, safety
 from .protocol import Record, Status, decode_array, fmt, parse_error_reply, reply_length
 
@@ -271,7 +271,7 @@ class BoxRig:
             if code in (safety.TRIP_WATCHDOG, safety.TRIP_LINK) or first:
                 self.trip_at_open = f"{code} {reason}"
             else:
-                raise LimitExceeded(f"{self.name}: the box tripped ({reason}); outputs are at zero")
+                raise RigTrip(f"{self.name}: the box tripped ({reason}); outputs are at zero")
         setup = ["*CLS", "OUTP:PROT:CLE", "SOUR:VOLT:LIM " + ",".join(fmt(v) for v in self.limits.voltage_v)]
         setup += [f"SENS:LIM {c},{fmt(lo)},{fmt(hi)}" for c, (lo, hi) in self.limits.channels.items()]
         setup += [f"OUTP:PROT:WDOG {fmt(self.spec.watchdog_s)}", "SENS:NUIS NONE"]
@@ -376,7 +376,7 @@ class BoxRig:
             self._demand = (f, np.zeros_like(V), orders)
         msg = f"{self.name}: tripped ({reason or code}); the box ramped its outputs to zero"
         if code in (safety.TRIP_VOLTAGE, safety.TRIP_CHANNEL):
-            raise LimitExceeded(msg)
+            raise RigTrip(msg)  # the point ends; the sweep goes on or stops (sweep.on_trip)
         raise InstrumentError(msg)
 
     # -- demand ---------------------------------------------------------------------------------
