@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hbtest.config import load_sweep  # noqa: E402
+from hbtest.events import PointFinished, RunStarted  # noqa: E402
 from hbtest.sweep import run  # noqa: E402
 
 PAPER = ROOT / "sweeps" / "paper-cantilever.toml"
@@ -48,8 +49,8 @@ def timed_sweep(overrides, store: Path) -> tuple[np.ndarray, np.ndarray]:
     """(per-point wall seconds, per-point iterations) of one sweep."""
     stamps = []
 
-    def progress(line: str):
-        if re.match(r"\s*\d+/\d+ ", line) or line.strip().startswith("point"):
+    def progress(event):
+        if isinstance(event, (RunStarted, PointFinished)):
             stamps.append(time.perf_counter())
 
     cfg = load_sweep(PAPER, overrides)
