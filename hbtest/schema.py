@@ -194,6 +194,20 @@ class BeamSpec:
         )
 
 
+#: the most FE elements one beam may have: dense solves and eigenproblems grow as n^3 (2000
+#: elements took half an hour in ``hbtest design``), and elements much shorter than the
+#: thickness leave Euler-Bernoulli theory and condition the eigenproblem badly
+MAX_BEAM_ELEMENTS = 400
+
+
+def _elements(sec: "Section", default: int) -> int:
+    n = sec.integer("elements", default, min=1)
+    if n > MAX_BEAM_ELEMENTS:
+        raise sec.error("elements", f"{n} elements: at most {MAX_BEAM_ELEMENTS} per beam (dense FE solves grow as n^3 — 2000 took half an hour;"
+                        " elements much shorter than the thickness leave Euler-Bernoulli theory)")
+    return n
+
+
 def read_beam(sec: Section, default_from: BeamSpec | None = None, length_required: bool = True) -> BeamSpec:
     """Read a beam table: ``length_mm, width_mm, thickness_mm, youngs_modulus_gpa,
     density_kg_m3, zeta_mass_per_s, zeta_stiffness_s, elements``. Missing section/material keys
@@ -215,7 +229,7 @@ def read_beam(sec: Section, default_from: BeamSpec | None = None, length_require
         density=num("density_kg_m3", "density", 1.0, positive=True),
         zeta_mass=num("zeta_mass_per_s", "zeta_mass", 1.0, nonnegative=True) if (d is not None or sec.has("zeta_mass_per_s")) else sec.number("zeta_mass_per_s", 0.0, nonnegative=True),
         zeta_stiffness=num("zeta_stiffness_s", "zeta_stiffness", 1.0, nonnegative=True) if (d is not None or sec.has("zeta_stiffness_s")) else sec.number("zeta_stiffness_s", 0.0, nonnegative=True),
-        elements=sec.integer("elements", 20 if d is None else d.elements, min=1, max=2000),
+        elements=_elements(sec, 20 if d is None else d.elements),
     )
 
 

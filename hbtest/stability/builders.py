@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
+from ..schema import MAX_BEAM_ELEMENTS
 from ..structures import Structure, chain_links, stamp_link
 from ..substructure import Substructure, split_beam
 from .equation import TWO_PI
@@ -26,9 +27,9 @@ __all__ = [
 # section/material keys of hbtest.substructure.split_beam that ``physical`` may override
 BEAM_SECTION_KEYS = ("width", "thickness", "youngs_modulus", "density", "zeta_mass", "zeta_stiffness")
 BEAM_MIN_ELEMENTS = 3  # elements per part at the least
-# the block characteristic matrix of a split beam is dense, 2 (n_elements + 1) square, and the
-# delay-0 eigenproblem twice that: 400 elements take about 10 s per critical delay
-MAX_BEAM_ELEMENTS = 400
+# MAX_BEAM_ELEMENTS (hbtest.schema, one bound for every beam): the block characteristic matrix
+# of a split beam is dense, 2 (n_elements + 1) square, and the delay-0 eigenproblem twice
+# that: 400 elements take about 10 s per critical delay
 # the crossing scan follows the pencil eigenvalue branches by trying every permutation
 # (k! of them) between frequency samples: at most 5 actuated DOFs
 MAX_INTERFACE_DOFS = 5
