@@ -275,7 +275,7 @@ class Recorder:
         self.transcript.append(command + "#<block>")
 
     def query_binary_values(self, command, datatype="H", is_big_endian=False, container=np.array):
-        raise NotImplementedError("Recorder answers text queries only")
+        raise AssertionError(f"Recorder answers text queries only; the driver asked for binary values: {command!r}")
 
     def clear(self) -> None:
         pass
