@@ -384,6 +384,13 @@ class RigConfig:
         return RigCommon(self.identity, tuple(self.actuators), self.sample_rate_hz, self.voltage_limit_v, self.sensors, self.physical, self.source.path)
 
 
+def _laser_spacing(sec: Section) -> float:
+    d = sec.number("laser_spacing_mm", scale=1e-3)
+    if d == 0:
+        raise sec.error("laser_spacing_mm", "must be non-zero (the rotation is (l1 - l2) / spacing)")
+    return d
+
+
 def read_sensors(sec: Section):
     """``[sensors]``: laser spacing, gauges, calibration, segment properties and channels."""
     from .sensors import ChannelSpec, SensorLayout
@@ -426,7 +433,7 @@ def read_sensors(sec: Section):
     if missing:
         raise sec.error("channels", f"missing channel(s) {', '.join(sorted(missing))}")
     layout = SensorLayout(
-        laser_spacing=sec.number("laser_spacing_mm", scale=1e-3),
+        laser_spacing=_laser_spacing(sec),
         gauge_positions=gauges,
         gauge_calibration=cal,
         EI=seg.EI,

@@ -5,6 +5,13 @@ Why these numbers matter: poles of ``D_N`` and ``D_P`` (clamped-interface modes)
 anti-resonances of the hybrid interface response — exciting near one makes small interface
 motion need large forces (ill-conditioning, rig danger); a node of the target mode at the
 interface makes the mode uncontrollable from the interface.
+
+The target mode (``test.target_mode``, counted from 1 in ascending frequency) must be a mode
+the rig can test: one of the FE model's modes *and* below the rig's usable frequency limit
+(sample rate / :data:`hbtest.sweep.NYQUIST_MARGIN`, the bound a sweep is held to). Otherwise
+:func:`design_report` raises a :class:`~hbtest.errors.ConfigError` naming ``test.target_mode``
+and how many modes there are. The report lists at least ``n_modes`` modes, and always up to
+the target mode.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import numpy as np
 
 from . import harmonics
 from .config import BeamSpec, SweepConfig
+from .errors import ConfigError
 from .substructure import Substructure, join_beams, mode_nodes
 
 __all__ = ["DesignReport", "design_report", "physical_beam_for_design"]
@@ -61,6 +69,27 @@ def physical_beam_for_design(cfg: SweepConfig) -> tuple[BeamSpec, str]:
     return rig.physical, f"{rig.source.path} [physical]"
 
 
+def _check_target_mode(cfg: SweepConfig, tm: int, freqs_hz) -> None:
+    """ConfigError (naming ``test.target_mode``) for a mode the emulated structure does not
+    have, or has only above the frequencies the rig can excite."""
+    from .config import load_rig
+    from .sweep import NYQUIST_MARGIN
+
+    n_all = int(np.size(freqs_hz))
+    if tm > n_all:
+        raise ConfigError(cfg.source.path, "test.target_mode", f"mode {tm} does not exist: the emulated structure's model has {n_all} modes")
+    rig = load_rig(cfg.rig_path, cfg.rig_overrides)
+    limit = rig.sample_rate_hz / NYQUIST_MARGIN
+    f = float(freqs_hz[tm - 1])
+    if f >= limit:
+        n_ok = int(np.count_nonzero(np.asarray(freqs_hz) < limit))
+        raise ConfigError(
+            cfg.source.path, "test.target_mode",
+            f"mode {tm} of the emulated structure is at {f:.4g} Hz, above the usable limit {limit:g} Hz of rig {rig.source.path}"
+            f" (sample rate {rig.sample_rate_hz:g} Hz / {NYQUIST_MARGIN}); the structure has {n_ok} modes below it",
+        )
+
+
 def design_report(cfg: SweepConfig, n_modes: int = 6) -> DesignReport:
     ps_beam, ps_source = physical_beam_for_design(cfg)
     ns = cfg.numerical.substructure()
@@ -69,14 +98,13 @@ def design_report(cfg: SweepConfig, n_modes: int = 6) -> DesignReport:
     ps = Substructure(pb, ("u0", "theta0"))
     hybrid = join_beams(ns, ps)
     modes = hybrid.modes()
-    n = min(n_modes, modes.frequencies_hz.size)
+    tm = cfg.test.target_mode
+    _check_target_mode(cfg, tm, modes.frequencies_hz)
+    n = max(min(n_modes, modes.frequencies_hz.size), tm)
     nodes = [(mode_nodes(hybrid, modes.shapes[:, i]) * 1e3).tolist() for i in range(n)]
     ns_cim = ns.clamped_interface_modes()
     ps_cim = ps.clamped_interface_modes()
-    tm = cfg.test.target_mode
     warnings = []
-    if tm > n:
-        raise ValueError(f"target mode {tm} beyond the {n} modes reported")
     f_target = float(modes.frequencies_hz[tm - 1])
     shape = hybrid.full_vector(modes.shapes[:, tm - 1])[:, 0]
     j_if = ns.structure.x_nodes.size - 1

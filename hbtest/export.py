@@ -32,7 +32,15 @@ import numpy as np
 
 from .errors import UserError
 
-__all__ = ["to_netcdf", "open_netcdf", "to_uff"]
+__all__ = ["to_netcdf", "open_netcdf", "to_uff", "check_intact"]
+
+def check_intact(store_path) -> None:
+    """UserError (one line naming the store and what is wrong) unless ``store_path`` is an
+    intact hbtest run store (see :meth:`hbtest.store.RunStore.open`, which checks the layout
+    before zarr reads it)."""
+    from .store import RunStore
+
+    RunStore.open(store_path)
 
 
 def _writable_target(out_path) -> Path:

@@ -208,6 +208,19 @@ def _elements(sec: "Section", default: int) -> int:
     return n
 
 
+#: plausible ranges of beam fields, as written in the file: outside them the FE matrices
+#: overflow or lose all precision (a 1e308 mm beam, a 1e-300 kg/m3 density)
+BEAM_BOUNDS = {
+    "length_mm": dict(positive=True, min=1e-3, max=1e5),
+    "width_mm": dict(positive=True, min=1e-3, max=1e4),
+    "thickness_mm": dict(positive=True, min=1e-3, max=1e4),
+    "youngs_modulus_gpa": dict(positive=True, min=1e-6, max=1e4),
+    "density_kg_m3": dict(positive=True, min=1.0, max=1e6),
+    "zeta_mass_per_s": dict(nonnegative=True, max=1e4),
+    "zeta_stiffness_s": dict(nonnegative=True, max=1.0),
+}
+
+
 def read_beam(sec: Section, default_from: BeamSpec | None = None, length_required: bool = True) -> BeamSpec:
     """Read a beam table: ``length_mm, width_mm, thickness_mm, youngs_modulus_gpa,
     density_kg_m3, zeta_mass_per_s, zeta_stiffness_s, elements``. Missing section/material keys
@@ -220,15 +233,15 @@ def read_beam(sec: Section, default_from: BeamSpec | None = None, length_require
             return getattr(d, attr)
         return sec.number(key, scale=scale, **kw)
 
-    length = sec.number("length_mm", scale=1e-3, positive=True) if length_required or sec.has("length_mm") else None
+    length = sec.number("length_mm", scale=1e-3, **BEAM_BOUNDS["length_mm"]) if length_required or sec.has("length_mm") else None
     return BeamSpec(
         length=length,
-        width=num("width_mm", "width", 1e-3, positive=True),
-        thickness=num("thickness_mm", "thickness", 1e-3, positive=True),
-        youngs_modulus=num("youngs_modulus_gpa", "youngs_modulus", 1e9, positive=True),
-        density=num("density_kg_m3", "density", 1.0, positive=True),
-        zeta_mass=num("zeta_mass_per_s", "zeta_mass", 1.0, nonnegative=True) if (d is not None or sec.has("zeta_mass_per_s")) else sec.number("zeta_mass_per_s", 0.0, nonnegative=True),
-        zeta_stiffness=num("zeta_stiffness_s", "zeta_stiffness", 1.0, nonnegative=True) if (d is not None or sec.has("zeta_stiffness_s")) else sec.number("zeta_stiffness_s", 0.0, nonnegative=True),
+        width=num("width_mm", "width", 1e-3, **BEAM_BOUNDS["width_mm"]),
+        thickness=num("thickness_mm", "thickness", 1e-3, **BEAM_BOUNDS["thickness_mm"]),
+        youngs_modulus=num("youngs_modulus_gpa", "youngs_modulus", 1e9, **BEAM_BOUNDS["youngs_modulus_gpa"]),
+        density=num("density_kg_m3", "density", 1.0, **BEAM_BOUNDS["density_kg_m3"]),
+        zeta_mass=num("zeta_mass_per_s", "zeta_mass", 1.0, **BEAM_BOUNDS["zeta_mass_per_s"]) if (d is not None or sec.has("zeta_mass_per_s")) else sec.number("zeta_mass_per_s", 0.0, **BEAM_BOUNDS["zeta_mass_per_s"]),
+        zeta_stiffness=num("zeta_stiffness_s", "zeta_stiffness", 1.0, **BEAM_BOUNDS["zeta_stiffness_s"]) if (d is not None or sec.has("zeta_stiffness_s")) else sec.number("zeta_stiffness_s", 0.0, **BEAM_BOUNDS["zeta_stiffness_s"]),
         elements=_elements(sec, 20 if d is None else d.elements),
     )
 

@@ -15,12 +15,13 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ..errors import UserError
-    from ..export import to_netcdf, to_uff
+    from ..export import check_intact, to_netcdf, to_uff
     from ..store import RunStore
 
     if args.netcdf is None and args.uff is None:
         raise UserError("export: give --netcdf FILE and/or --uff FILE")
-    store = RunStore.open(args.store)  # UserError for a missing store / not a store
+    check_intact(args.store)  # UserError for a missing, foreign or damaged store
+    store = RunStore.open(args.store)
     if args.uff is not None and args.harmonic not in store.harmonics:
         raise UserError(f"--harmonic {args.harmonic}: not solved in {args.store} (orders {list(store.harmonics)})")
     if args.netcdf is not None:

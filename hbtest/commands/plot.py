@@ -16,10 +16,12 @@ def run(args) -> int:
     from pathlib import Path
 
     from ..errors import UserError
+    from ..export import check_intact
     from ..plot import bode_png, convergence_png, default_png_path, print_sync_table
     from ..store import open_run
 
-    ds = open_run(args.store)  # UserError for a missing store / not a store
+    check_intact(args.store)  # UserError for a missing, foreign or damaged store
+    ds = open_run(args.store)
     kinds = ("bode", "convergence") if args.kind == "all" else (args.kind,)
     writers = {"bode": bode_png, "convergence": convergence_png}
     for kind in kinds:

@@ -46,6 +46,7 @@ import json
 import os
 import platform
 import shutil
+import warnings
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,6 +167,36 @@ def _is_store(path: Path) -> bool:
     except (OSError, ValueError):
         return False
     return doc.get("node_type") == "group" and doc.get("attributes", {}).get("hbtest_store") == _MARKER
+
+
+#: variables a store may lack: the reference exists for virtual rigs only; later schemas added some
+_OPTIONAL = {"reference_interface_displacement"}
+_ADDED_IN_SCHEMA = {"stop_reason": 2}
+
+
+def _check_layout(path: Path) -> None:
+    """UserError unless every variable folder holds array metadata and every variable of the
+    store's schema is present — checked before zarr reads the store (zarr on a broken
+    layout raises deep errors and leaves asyncio noise on stderr)."""
+    try:
+        schema = int(json.loads((path / "zarr.json").read_text(encoding="utf-8"))["attributes"].get("schema_version", 1))
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UserError(f"{path}: damaged hbtest run store (unreadable group metadata)") from None
+    present = set()
+    for sub in sorted(p for p in path.iterdir() if p.is_dir()):
+        meta = sub / "zarr.json"
+        try:
+            doc = json.loads(meta.read_text(encoding="utf-8"))
+            ok = isinstance(doc, dict) and doc.get("node_type") == "array"
+        except (OSError, ValueError):
+            ok = False
+        if not ok:
+            raise UserError(f"{path}: damaged hbtest run store (variable {sub.name!r}: its {meta.name} is missing or not array metadata)")
+        present.add(sub.name)
+    required = [n for n in _SCHEMA if n not in _OPTIONAL and _ADDED_IN_SCHEMA.get(n, 1) <= schema]
+    missing = [n for n in required + ["frequency", "harmonic", "actuator", "iteration"] if n not in present]
+    if missing:
+        raise UserError(f"{path}: damaged hbtest run store (missing variable(s) {', '.join(missing)})")
 
 
 def tolerance_from_attrs(attrs: dict) -> tuple[float | None, str]:
@@ -380,10 +411,13 @@ class RunStore:
             raise UserError(f"{path}: run store not found")
         if not _is_store(path):
             raise UserError(f"{path}: not an hbtest run store (no zarr group with hbtest attributes)")
+        _check_layout(path)
         try:
-            return cls(path)
-        except Exception as e:  # damaged layout
-            raise UserError(f"{path}: damaged hbtest run store ({e})") from None
+            with warnings.catch_warnings():  # zarr warns about folders it does not recognise
+                warnings.simplefilter("ignore")
+                return cls(path)
+        except Exception as e:  # damaged beyond the layout check
+            raise UserError(f"{path}: damaged hbtest run store ({' '.join(str(e).split())})") from None
 
     def check_resumable(self) -> None:
         """UserError (naming the store) unless this hbtest can continue writing the store:
