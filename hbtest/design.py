@@ -25,7 +25,7 @@ from .config import BeamSpec, SweepConfig
 from .errors import ConfigError
 from .substructure import Substructure, join_beams, mode_nodes
 
-__all__ = ["DesignReport", "design_report", "physical_beam_for_design"]
+__all__ = ["DesignReport", "design_report", "physical_beam_for_design", "split_substructures"]
 
 # a sweep frequency (or one of its harmonics) within this relative distance of a clamped-
 # interface mode triggers a warning
@@ -69,6 +69,17 @@ def physical_beam_for_design(cfg: SweepConfig) -> tuple[BeamSpec, str]:
     return rig.physical, f"{rig.source.path} [physical]"
 
 
+def split_substructures(cfg: SweepConfig) -> tuple[Substructure, Substructure, str]:
+    """The one way a sweep file's split structure is built: (NS, PS, where the PS came from).
+    NS = the root beam of ``[numerical]`` clamped at its root, interface at its free end;
+    PS = the tip beam of :func:`physical_beam_for_design`, free at both ends, placed after the
+    NS (``x_offset``), interface (u0, theta0)."""
+    ps_beam, source = physical_beam_for_design(cfg)
+    ns = cfg.numerical.substructure()
+    pb = ps_beam.build(left="free", right="free", x_offset=cfg.numerical.beam.length)
+    return ns, Substructure(pb, ("u0", "theta0")), source
+
+
 def _check_target_mode(cfg: SweepConfig, tm: int, freqs_hz) -> None:
     """ConfigError (naming ``test.target_mode``) for a mode the emulated structure does not
     have, or has only above the frequencies the rig can excite."""
@@ -91,11 +102,8 @@ def _check_target_mode(cfg: SweepConfig, tm: int, freqs_hz) -> None:
 
 
 def design_report(cfg: SweepConfig, n_modes: int = 6) -> DesignReport:
-    ps_beam, ps_source = physical_beam_for_design(cfg)
-    ns = cfg.numerical.substructure()
+    ns, ps, ps_source = split_substructures(cfg)
     ln = cfg.numerical.beam.length
-    pb = ps_beam.build(left="free", right="free", x_offset=ln)
-    ps = Substructure(pb, ("u0", "theta0"))
     hybrid = join_beams(ns, ps)
     modes = hybrid.modes()
     tm = cfg.test.target_mode
@@ -141,7 +149,7 @@ def design_report(cfg: SweepConfig, n_modes: int = 6) -> DesignReport:
         ps_clamped_interface_modes_hz=ps_cim[:n].tolist(),
         mode_nodes_mm=nodes,
         interface_mm=ln * 1e3,
-        total_length_mm=(ln + ps_beam.length) * 1e3,
+        total_length_mm=(ln + ps.structure.length) * 1e3,
         target_mode=tm,
         target_mode_hz=f_target,
         interface_relative_amplitude=rel_amp,

@@ -150,12 +150,9 @@ def cantilever_benchmark(cfg) -> HybridSystem:
     free tip) from the sweep's ``[design.physical]`` or else the rig file's ``[physical]``
     beam (same damping model ``C = zeta_M M + zeta_K K``), interface (u, theta). External
     force: ``cfg.excitation`` (amplitude [N] at its node)."""
-    from ..design import physical_beam_for_design
+    from ..design import split_substructures
 
-    ns = cfg.numerical.substructure()
-    spec, _ = physical_beam_for_design(cfg)
-    pb = spec.build(left="free", right="free", x_offset=cfg.numerical.beam.length)
-    ps = Substructure(pb, ("u0", "theta0"))
+    ns, ps, _ = split_substructures(cfg)
     return HybridSystem(ns, ps, cfg.excitation.force_vector(ns), label=f"cantilever {cfg.name}")
 
 
