@@ -237,6 +237,16 @@ def test_bad_channel_tables_name_the_key(edit, key, problem):
     assert problem in e.value.problem
 
 
+def test_twin_refuses_skew_it_cannot_simulate():
+    with pytest.raises(ConfigError) as e:
+        with_skew_text = TEXT.replace('name = "g2"', 'name = "g2"\nskew_us = -5.0')
+        load_rig(RIG, text=with_skew_text)
+    assert e.value.key == "sensors.channels" and "non-negative" in e.value.problem
+    with pytest.raises(ConfigError) as e:
+        load_rig(RIG, ["virtual.friction.slider_coulomb_n=0.5"], text=TEXT.replace('name = "g2"', 'name = "g2"\nskew_us = 5.0'))
+    assert e.value.key == "virtual.friction.slider_coulomb_n" and "skew" in e.value.problem
+
+
 def test_published_form_rejects_explicit_roles():
     i = TEXT.index('name = "l2"')
     with pytest.raises(ConfigError) as e:
@@ -399,3 +409,36 @@ def test_point_loop_converges_with_three_actuators():
     U = rig.rig.emulated_interface_response(ns, force, 18.2, orders)[:, orders.index(1)]
     got = out.final.meas.displacement[:, orders.index(1)]
     assert np.all(np.abs(got - U) < 0.01 * np.abs(U))
+
+
+def test_box_serves_and_reads_declared_channels_with_skew():
+    """Six declared channels, one skewed, through the box protocol: the served twin's records
+    are the in-process twin's bit for bit, and the box-averaged coefficients reduce with the
+    client's layout to the raw record's reduction."""
+    from hbtest.rig import open_rig
+    from hbtest.rig.box.server import BoxServer
+
+    six = SIX.replace('name = "gb"', 'name = "gb"\nskew_us = 120.0')
+    twin_cfg = load(six)
+    box = BOX.read_text()
+    box_sensors = box[box.index("[sensors]\n") : box.index("[physical]")]
+    limits = box[box.index("[box.channel_limits]") : box.index("# Channels in the explicit form")]
+    box = box.replace(box_sensors, six).replace(limits, "[box.channel_limits]\nslider_mm = 4.5\ngc_microstrain = 190.0\n\n")
+    with BoxServer(twin_cfg, port=0, seed=3) as srv:
+        cfg = load_rig(BOX, [f"box.resource='{srv.resource}'"], text=box)
+        assert cfg.sensors == twin_cfg.sensors and dict(cfg.spec.channel_limits)["gc"] == pytest.approx(190e-6)
+        with open_rig(cfg) as rig:
+            twin = VirtualRig(twin_cfg, seed=3)
+            for r in (rig, twin):
+                r.set_demand(F, V, [1], ramp_periods=2.0)
+                r.wait(0.5)
+            a, b = rig.acquire(6), twin.acquire(6)
+            assert set(a.data) == set(twin_cfg.sensors.channel_names)
+            for c in a.data:
+                np.testing.assert_array_equal(a.data[c], b.data[c])
+            cc = rig.acquire_coefficients(6, [1])
+            acq = twin.acquire(6)
+            m_box = measure_interface_from_coefficients(cc, cfg.sensors, [1], "inertia")
+            m_raw = measure_interface(acq, twin_cfg.sensors, [1], "inertia")
+            np.testing.assert_allclose(m_box.force, m_raw.force, rtol=1e-9)
+            np.testing.assert_allclose(m_box.displacement, m_raw.displacement, rtol=1e-9)

@@ -3,7 +3,9 @@ closed form, and the converter that turns channel values into ADC volts.
 
 Time: sample clock ``t_n = n / fs`` shared by DAC and ADC; the amplifier-input sample ``u[n]``
 is held over ``[t_n + tau, t_{n+1} + tau)`` (``tau = (d + alpha) dt``, the actuation delay);
-``y[n]`` is the channel at ``t_n``. Per modal state (:mod:`.model`) the exact zero-order-hold
+``y[n]`` is the channel at ``t_n`` (a skewed channel: at ``t_n - skew``, from the state ``q + 1``
+samples earlier advanced by the partial step, :mod:`.model`; the engine keeps ``q + 1`` past
+states and inputs for it, and a segment's closed form starts ``q + 1`` samples later). Per modal state (:mod:`.model`) the exact zero-order-hold
 recurrence ``z[n+1] = a z[n] + c_now b u[n-d] + c_prev b u[n-d-1]``.
 
 - A *segment* is a stretch where the input is a sum of complex exponentials in n,
