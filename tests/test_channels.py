@@ -263,6 +263,8 @@ def test_layout_round_trips_through_json():
         ChannelSpec("g", "strain_gauge", "strain", scale=2e-5, lag_table=((0.0, 0.0), (100.0, 0.4)), position=0.005, skew=3e-5),
         ChannelSpec("h", "strain_gauge", "strain", position=0.02, offset=1e-6)), gauge_calibration=3.0, EI=1.0, rhoA=1.0, thickness=1e-3)
     assert SensorLayout.from_dict(json.dumps(tab.to_dict())) == tab
+    bare = SensorLayout(0.03, (0.005, 0.02), 50.0, 1.0, 1.0, 1e-3)  # geometry only, no channels
+    assert SensorLayout.from_dict(json.dumps(bare.to_dict())) == bare
 
 
 def test_skew_is_read_in_microseconds_and_enters_the_response():
@@ -442,3 +444,24 @@ def test_box_serves_and_reads_declared_channels_with_skew():
             m_raw = measure_interface(acq, twin_cfg.sensors, [1], "inertia")
             np.testing.assert_allclose(m_box.force, m_raw.force, rtol=1e-9)
             np.testing.assert_allclose(m_box.displacement, m_raw.displacement, rtol=1e-9)
+
+
+def test_scpi_digitiser_maps_the_declared_channel_names():
+    lab_path = ROOT / "instruments" / "lab-33500b-scope.toml"
+    lab = lab_path.read_text()
+    names = {"l1": "slider", "l2": "clamp", "g1": "near", "g2": "far"}
+    legacy = lab[lab.index("[sensors]") : lab.index("[physical]") if "[physical]" in lab else len(lab)]
+    explicit = load_rig(BOX).sensors
+    body = "[sensors]\n\n" + SEGMENT
+    for old, new in names.items():
+        ch = explicit.channel(old)
+        body += channel(new, ch.kind, ch.position * 1e3, ch.scale, GAUGE_FILTER if ch.kind == "strain_gauge" else "")
+    text = lab.replace(legacy, body + "\n")
+    with pytest.raises(ConfigError) as e:
+        load_rig(lab_path, text=text)
+    assert e.value.key == "digitiser.channels[0].sensor"
+    for old, new in names.items():
+        text = text.replace(f'sensor = "{old}"', f'sensor = "{new}"')
+    cfg = load_rig(lab_path, text=text)
+    assert {c.sensor: c.channel for c in cfg.spec.digitiser.channels} == {"slider": 1, "clamp": 2, "near": 3, "far": 4}
+    assert cfg.sensors.channel_names == ("slider", "clamp", "near", "far")
