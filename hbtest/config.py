@@ -384,32 +384,50 @@ class RigConfig:
         return RigCommon(self.identity, tuple(self.actuators), self.sample_rate_hz, self.voltage_limit_v, self.sensors, self.physical, self.source.path)
 
 
-def _laser_spacing(sec: Section) -> float:
-    d = sec.number("laser_spacing_mm", scale=1e-3)
-    if d == 0:
-        raise sec.error("laser_spacing_mm", "must be non-zero (the rotation is (l1 - l2) / spacing)")
-    return d
-
-
 def read_sensors(sec: Section):
-    """``[sensors]``: laser spacing, gauges, calibration, segment properties and channels."""
-    from .sensors import ChannelSpec, SensorLayout
+    """``[sensors]``: calibration, segment properties and the channels with their roles.
+
+    Two forms. Explicit: every ``[[sensors.channels]]`` has ``name`` (an identifier), ``kind``
+    (``laser`` | ``strain_gauge``) and ``position_mm`` (a laser's lever position along the
+    clamp, 0 = pin axis; a gauge's distance from the interface along the PS): any number >= 2
+    of each. Published (legacy): channels named ``l1, l2, g1, g2`` placed by
+    ``laser_spacing_mm`` (l1 at 0, l2 at the spacing) and ``gauge_positions_mm`` (g1, g2).
+    Both: ``scale_per_v``, ``offset``, ``lowpass_hz``, ``lowpass_order``, ``lag_table``,
+    ``skew_us`` (the channel samples ``skew_us`` late; removed per harmonic)."""
+    from .sensors import CHANNEL_KINDS, CHANNEL_NAME, LEGACY_CHANNELS, ChannelSpec, SensorLayout
 
     seg = read_beam(sec.sub("segment"), length_required=False)
-    gauges = sec.numbers("gauge_positions_mm", scale=1e-3, length=2, nonnegative=True)
-    if not gauges[0] < gauges[1]:
-        raise sec.error("gauge_positions_mm", "needs d1 < d2")
+    legacy = sec.has("laser_spacing_mm") or sec.has("gauge_positions_mm")
+    if legacy:
+        gauges = sec.numbers("gauge_positions_mm", scale=1e-3, length=2, nonnegative=True)
+        if not gauges[0] < gauges[1]:
+            raise sec.error("gauge_positions_mm", "needs d1 < d2")
+        spacing = sec.number("laser_spacing_mm", scale=1e-3)
+        if spacing == 0:
+            raise sec.error("laser_spacing_mm", "must be non-zero")
+        legacy_pos = {"l1": 0.0, "l2": spacing, "g1": gauges[0], "g2": gauges[1]}
     cal = sec.number("gauge_calibration_nm_per_strain", 0.0, nonnegative=True)
     if cal == 0.0:
         cal = 2 * seg.EI / seg.thickness  # c = 2 EI / h (see hbtest.sensors)
     channels = []
     names = set()
     for ch in sec.subs("channels"):
-        name = ch.string("name", choices=("l1", "l2", "g1", "g2"))
+        if legacy:
+            name = ch.string("name", choices=LEGACY_CHANNELS)
+            for key in ("kind", "position_mm"):
+                if ch.has(key):
+                    raise ch.error(key, "not with laser_spacing_mm/gauge_positions_mm (the published l1/l2/g1/g2 layout places its channels): use one form")
+            kind = "laser" if name.startswith("l") else "strain_gauge"
+            position = legacy_pos[name]
+        else:
+            name = ch.string("name")
+            if not CHANNEL_NAME.match(name):
+                raise ch.error("name", f"must be an identifier (letters, digits, _), got {name!r}")
+            kind = ch.string("kind", choices=CHANNEL_KINDS)
+            position = ch.number("position_mm", scale=1e-3, **({"nonnegative": True} if kind == "strain_gauge" else {}))
         if name in names:
             raise ch.error("name", f"channel {name!r} defined twice")
         names.add(name)
-        kind = "laser" if name.startswith("l") else "strain_gauge"
         lag = ()
         if ch.has("lag_table"):
             raw = ch.value("lag_table")
@@ -426,15 +444,24 @@ def read_sensors(sec: Section):
                 lowpass_hz=ch.number("lowpass_hz", 0.0, nonnegative=True),
                 lowpass_order=ch.integer("lowpass_order", 2, min=1, max=8),
                 lag_table=lag,
+                position=position,
+                skew=ch.number("skew_us", 0.0, scale=1e-6, min=-1e6, max=1e6),
             )
         )
         ch.finish()
-    missing = {"l1", "l2", "g1", "g2"} - names
-    if missing:
-        raise sec.error("channels", f"missing channel(s) {', '.join(sorted(missing))}")
+    if legacy:
+        missing = set(LEGACY_CHANNELS) - names
+        if missing:
+            raise sec.error("channels", f"missing channel(s) {', '.join(sorted(missing))}")
+        channels.sort(key=lambda c: LEGACY_CHANNELS.index(c.name))  # the twin's canonical order
+    else:
+        for kind, what in (("laser", "lasers"), ("strain_gauge", "strain gauges")):
+            pos = [c.position for c in channels if c.kind == kind]
+            if len(pos) < 2:
+                raise sec.error("channels", f"needs at least two {what} (kind = {kind!r}), got {len(pos)}")
+            if len(set(pos)) != len(pos):
+                raise sec.error("channels", f"two {what} at the same position_mm: their readings could not be told apart")
     layout = SensorLayout(
-        laser_spacing=_laser_spacing(sec),
-        gauge_positions=gauges,
         gauge_calibration=cal,
         EI=seg.EI,
         rhoA=seg.rhoA,
@@ -445,8 +472,6 @@ def read_sensors(sec: Section):
         mains_hz=sec.number("mains_hz", 50.0, nonnegative=True),
         mains_multiples=sec.integer("mains_multiples", 3, min=0, max=50),
     )
-    if layout.laser_spacing == 0:
-        raise sec.error("laser_spacing_mm", "must be non-zero")
     sec.finish()
     return layout
 
@@ -486,8 +511,8 @@ def load_rig(path, overrides=(), text: str | None = None) -> RigConfig:
     kind = rig.string("kind", choices=registry.names())
     raw = rig.value("actuators", ["vertical", "rotational"])
     actuators = tuple(raw) if isinstance(raw, list) else ()
-    if len(actuators) != 2 or not all(isinstance(a, str) and a for a in actuators) or len(set(actuators)) != 2:
-        raise rig.error("actuators", "must name two distinct actuators (translation, rotation)")
+    if not actuators or not all(isinstance(a, str) and a for a in actuators) or len(set(actuators)) != len(actuators):
+        raise rig.error("actuators", "must name one or more distinct actuators (in the order of the demand's rows)")
     common = dict(
         identity=rig.string("identity", Path(src.path).stem),
         actuators=actuators,

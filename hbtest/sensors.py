@@ -5,22 +5,38 @@ physical substructure (PS); ``u`` up, ``theta = du/dx`` counter-clockwise. The i
 forces ``(T, M)`` are the generalized forces *applied to the PS* at its interface, conjugate to
 ``(u, theta)``: ``D_P(s) [u, theta] = [T, M]``.
 
-- Lasers: ``l1`` on the vertical slider (at the pin axis), ``l2`` on the clamp at distance
-  ``d_l`` further along x: ``u = l1``, ``theta = (l2 - l1) / d_l``. (SPEC writes
-  ``(l1 - l2)/d_l`` for a laser placed on the *other* side of the pin; the sign is carried by
-  ``laser_spacing`` being negative in that case.)
-- Strain gauges on the upper surface at ``x = d1 < d2``: ``eps = -(h/2) u''``. The
-  calibration constant ``c`` [N m per unit strain] is ``2 EI / h`` so that ``c eps(x) =
-  -EI u''(x) = M(x)``, the generalized moment the inner part applies to the outer part at a
-  cut at x. With that convention ``T(x) = -dM/dx``.
-  Finite-difference rule (published): ``T = -c (eps2 - eps1)/(d2 - d1)``,
-  ``M = c (eps1 - d1 (eps2 - eps1)/(d2 - d1))`` (linear extrapolation of M to x = 0).
-  It ignores the distributed inertia of the segment [0, d2]: see :func:`forces_segment`.
+Channels are declared by the rig file (:class:`ChannelSpec`), each with a *role*:
+
+- A laser (``kind = "laser"``) at lever position ``p`` [m] along the clamp measures the
+  transverse displacement ``u + p theta`` (the clamp is rigid; ``p = 0`` is the pin axis, the
+  interface). Two or more lasers at distinct positions are reduced to ``(u, theta)`` by least
+  squares (:func:`lasers_to_motion_ls`; exact for two). The published pair ``l1`` (on the
+  vertical slider, ``p = 0``) and ``l2`` (on the clamp at ``p = d_l``) gives ``u = l1``,
+  ``theta = (l2 - l1) / d_l``. (SPEC writes ``(l1 - l2)/d_l`` for a laser placed on the *other*
+  side of the pin; the sign is carried by ``laser_spacing`` being negative in that case.)
+- A strain gauge (``kind = "strain_gauge"``) on the upper surface at ``x = d`` [m] from the
+  interface reads ``eps = -(h/2) u''``. The calibration constant ``c`` [N m per unit strain] is
+  ``2 EI / h`` so that ``c eps(x) = -EI u''(x) = M(x)``, the generalized moment the inner part
+  applies to the outer part at a cut at x. With that convention ``T(x) = -dM/dx``.
+  Finite-difference rule (published, two gauges ``d1 < d2``): ``T = -c (eps2 - eps1)/(d2 -
+  d1)``, ``M = c (eps1 - d1 (eps2 - eps1)/(d2 - d1))`` (linear extrapolation of M to x = 0).
+  With more gauges the straight line ``M(x) = M0 - T x`` is fitted to ``c eps_j`` by least
+  squares (:func:`moment_line`; the two-gauge rule is its exact special case). It ignores the
+  distributed inertia of the segment: see :func:`forces_inertia_corrected` and
+  :func:`forces_segment`.
+
+Each channel may lag: an analogue anti-alias filter (or a measured lag table) and a time
+**skew** ``tau`` [s] (a multiplexed ADC samples the channels one after another; cables and
+amplifiers differ): the sample nominally at ``t_n`` is the signal at ``t_n - tau``, so harmonic
+``k`` is multiplied by ``exp(-i k Omega tau)``. :meth:`ChannelSpec.response` is the product;
+the reduction divides by it (removes the skew by ``exp(+i k Omega tau)``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import re
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 import scipy.signal
@@ -30,16 +46,25 @@ from . import harmonics
 __all__ = [
     "SensorLayout",
     "ChannelSpec",
+    "CHANNEL_KINDS",
     "lasers_to_motion",
+    "lasers_to_motion_ls",
+    "moment_line",
     "forces_finite_difference",
     "forces_inertia_corrected",
     "forces_segment",
     "FORCE_METHODS",
     "InterfaceMeasurement",
     "measure_interface",
+    "measure_interface_from_coefficients",
 ]
 
 FORCE_METHODS = ("finite-difference", "inertia", "segment")
+CHANNEL_KINDS = ("laser", "strain_gauge")
+#: a channel name: an identifier (it appears in box commands and store attributes)
+CHANNEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: the channel names of the published layout (legacy rig files), in their canonical order
+LEGACY_CHANNELS = ("l1", "l2", "g1", "g2")
 
 
 @dataclass(frozen=True)
@@ -48,7 +73,10 @@ class ChannelSpec:
     quantity (m for lasers, strain for gauges). ``lowpass_hz``/``lowpass_order`` describe the
     analogue anti-alias filter (Butterworth) whose lag is removed per harmonic; 0 = none.
     ``lag_table`` (optional): measured ((f_hz, phase_lag_rad), ...) interpolated linearly,
-    used instead of the filter model when given."""
+    used instead of the filter model when given. ``position`` [m]: the channel's role — a
+    laser's lever position along the clamp (it reads ``u + position theta``), a gauge's
+    distance from the interface along the PS. ``skew`` [s]: the channel samples the signal at
+    ``t_n - skew`` (extra lag on top of the filter; may be negative)."""
 
     name: str
     kind: str  # "laser" | "strain_gauge"
@@ -58,9 +86,11 @@ class ChannelSpec:
     lowpass_hz: float = 0.0
     lowpass_order: int = 2
     lag_table: tuple = ()
+    position: float = 0.0
+    skew: float = 0.0
 
-    def response(self, frequency_hz: float) -> complex:
-        """Complex response of the channel's filter at ``frequency_hz`` (1 when none)."""
+    def filter_response(self, frequency_hz: float) -> complex:
+        """Complex response of the channel's filter (or lag table) alone at ``frequency_hz``."""
         if self.lag_table:
             f, lag = np.asarray(self.lag_table, dtype=float).T
             return complex(np.exp(-1j * np.interp(frequency_hz, f, lag)))
@@ -70,26 +100,40 @@ class ChannelSpec:
         _, h = scipy.signal.freqs(b, a, worN=[2 * np.pi * frequency_hz])
         return complex(h[0])
 
+    def response(self, frequency_hz: float) -> complex:
+        """Complex response of the channel at ``frequency_hz``: filter (1 when none) times the
+        skew's ``exp(-i 2 pi f skew)``."""
+        h = self.filter_response(frequency_hz)
+        if self.skew == 0.0:
+            return h
+        return complex(h * np.exp(-2j * np.pi * frequency_hz * self.skew))
+
 
 @dataclass(frozen=True)
 class SensorLayout:
     """Where the interface sensors sit and the local section properties of the PS between
     the interface and the gauges (used by the segment reconstruction). SI units.
 
-    laser_spacing: d_l [m]; gauge_positions: (d1, d2) [m from the interface];
+    channels: the acquisition channels with their roles (:class:`ChannelSpec`: at least two
+    lasers at distinct lever positions and two gauges at distinct positions >= 0);
     gauge_calibration: c [N m per strain]; EI [N m^2], rhoA [kg/m], thickness h [m];
     zeta_mass [1/s], zeta_stiffness [s] of the segment (C = zeta_M M + zeta_K K);
-    channels: the four channels named l1, l2, g1, g2 (order irrelevant);
     mains_hz, mains_multiples: the lab's mains frequency and how many of its multiples a fit
     may estimate and remove (:func:`hbtest.harmonics.fit` ``nuisance_hz``).
+
+    laser_spacing [m] and gauge_positions [m from the interface] are the published two-laser,
+    two-gauge geometry: given alone (no channels) they place lasers at (0, laser_spacing) and
+    gauges at gauge_positions; with channels they are derived from the channels' positions
+    (laser_spacing = last minus first laser position, gauge_positions = the gauges' positions
+    in increasing order) and, when given, must agree with them.
     """
 
-    laser_spacing: float
-    gauge_positions: tuple[float, float]
-    gauge_calibration: float
-    EI: float
-    rhoA: float
-    thickness: float
+    laser_spacing: float = 0.0
+    gauge_positions: tuple = ()
+    gauge_calibration: float = 0.0
+    EI: float = 0.0
+    rhoA: float = 0.0
+    thickness: float = 0.0
     zeta_mass: float = 0.0
     zeta_stiffness: float = 0.0
     channels: tuple[ChannelSpec, ...] = field(default=())
@@ -102,9 +146,36 @@ class SensorLayout:
         return tuple(self.mains_hz * m for m in range(1, self.mains_multiples + 1)) if self.mains_hz > 0 else ()
 
     def __post_init__(self):
-        d1, d2 = self.gauge_positions
-        if not 0 <= d1 < d2:
-            raise ValueError(f"gauge positions must satisfy 0 <= d1 < d2, got {self.gauge_positions}")
+        object.__setattr__(self, "gauge_positions", tuple(float(d) for d in self.gauge_positions))
+        object.__setattr__(self, "channels", tuple(self.channels))
+        if self.channels:
+            names = [c.name for c in self.channels]
+            if len(set(names)) != len(names):
+                raise ValueError(f"channel names must be distinct, got {names}")
+            for c in self.channels:
+                if c.kind not in CHANNEL_KINDS:
+                    raise ValueError(f"channel {c.name!r}: kind must be one of {CHANNEL_KINDS}, got {c.kind!r}")
+            lp = [c.position for c in self.lasers]
+            gp = [c.position for c in self.gauges]
+            if len(lp) < 2 or len(set(lp)) != len(lp):
+                raise ValueError(f"need at least two lasers at distinct positions, got {lp}")
+            if len(gp) < 2 or len(set(gp)) != len(gp) or min(gp) < 0:
+                raise ValueError(f"need at least two gauges at distinct positions >= 0, got {gp}")
+            spacing = lp[-1] - lp[0]
+            gauges = tuple(sorted(gp))
+            if self.gauge_positions and self.gauge_positions != gauges:
+                raise ValueError(f"gauge_positions {self.gauge_positions} disagree with the gauge channels {gauges}")
+            if self.laser_spacing and len(lp) == 2 and self.laser_spacing != spacing:
+                raise ValueError(f"laser_spacing {self.laser_spacing} disagrees with the laser channels {lp}")
+            object.__setattr__(self, "gauge_positions", gauges)
+            if not self.laser_spacing:
+                object.__setattr__(self, "laser_spacing", float(spacing))
+        if len(self.gauge_positions) == 2:
+            d1, d2 = self.gauge_positions
+            if not 0 <= d1 < d2:
+                raise ValueError(f"gauge positions must satisfy 0 <= d1 < d2, got {self.gauge_positions}")
+        elif len(self.gauge_positions) < 2:
+            raise ValueError(f"need at least two gauge positions, got {self.gauge_positions}")
         if self.laser_spacing == 0:
             raise ValueError("laser spacing must be non-zero")
 
@@ -114,6 +185,52 @@ class SensorLayout:
                 return c
         raise KeyError(f"no channel named {name!r}")
 
+    @property
+    def channel_names(self) -> tuple[str, ...]:
+        """The channels' names in the layout's (acquisition) order."""
+        return tuple(c.name for c in self.channels)
+
+    @property
+    def lasers(self) -> tuple[ChannelSpec, ...]:
+        """The laser channels in layout order."""
+        return tuple(c for c in self.channels if c.kind == "laser")
+
+    @property
+    def gauges(self) -> tuple[ChannelSpec, ...]:
+        """The gauge channels in increasing position (the order of :attr:`gauge_positions`)."""
+        return tuple(sorted((c for c in self.channels if c.kind == "strain_gauge"), key=lambda c: c.position))
+
+    @property
+    def laser_positions(self) -> tuple[float, ...]:
+        """Lever positions [m] of the lasers (layout order; (0, laser_spacing) without channels)."""
+        if self.channels:
+            return tuple(c.position for c in self.lasers)
+        return (0.0, self.laser_spacing)
+
+    def roles(self) -> dict:
+        """name -> (kind, quantity measured, position [m], skew [s]) for every channel; the
+        quantity is ``"u + x theta"`` for lasers, ``"strain at x"`` for gauges."""
+        q = {"laser": "u + x theta", "strain_gauge": "strain at x"}
+        return {c.name: (c.kind, q[c.kind], c.position, c.skew) for c in self.channels}
+
+    def to_dict(self) -> dict:
+        """Every constant the reduction uses, as plain JSON-able data (SI units; see
+        :meth:`from_dict`; ``json.dumps(layout.to_dict())`` is the store attribute)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "channels"}
+        d["gauge_positions"] = list(self.gauge_positions)
+        d["channels"] = [dict(asdict(c), lag_table=[list(r) for r in c.lag_table]) for c in self.channels]
+        return d
+
+    @classmethod
+    def from_dict(cls, data) -> "SensorLayout":
+        """Inverse of :meth:`to_dict` (also accepts its JSON text)."""
+        if isinstance(data, str):
+            data = json.loads(data)
+        d = dict(data)
+        chans = tuple(ChannelSpec(**dict(c, lag_table=tuple(tuple(float(x) for x in r) for r in c.get("lag_table", ())))) for c in d.pop("channels", ()))
+        d["gauge_positions"] = tuple(d.get("gauge_positions", ()))
+        return cls(channels=chans, **d)
+
 
 def lasers_to_motion(l1, l2, laser_spacing: float):
     """``(u, theta)`` from the two laser readings (signals or coefficients) [m, rad]."""
@@ -121,10 +238,76 @@ def lasers_to_motion(l1, l2, laser_spacing: float):
     return l1, (np.asarray(l2) - l1) / laser_spacing
 
 
+def _line_weights(positions) -> tuple[np.ndarray, np.ndarray]:
+    """Least-squares weights of the intercept and slope of a straight line through
+    ``(positions[j], y_j)``: ``intercept = a @ y``, ``slope = b @ y``."""
+    x = np.asarray(positions, dtype=float)
+    xm = x.mean()
+    sxx = np.sum((x - xm) ** 2)
+    b = (x - xm) / sxx
+    a = 1.0 / x.size - xm * b
+    return a, b
+
+
+def lasers_to_motion_ls(readings, positions):
+    """``(u, theta)`` [m, rad] from laser readings ``readings`` (n_lasers, ...) at lever
+    positions ``positions`` [m] (each reads ``u + p theta``): least squares, exact for two
+    lasers (and for any number on a rigid-body motion)."""
+    y = np.asarray(readings)
+    p = list(positions)
+    if len(p) == 2:
+        th = (y[1] - y[0]) / (p[1] - p[0])
+        return (y[0] if p[0] == 0 else y[0] - p[0] * th), th
+    a, b = _line_weights(p)
+    return np.tensordot(a, y, axes=1), np.tensordot(b, y, axes=1)
+
+
+def _motion_variance(var, positions):
+    """Variance of (u, theta) from independent laser variances ``var`` (n, ...)."""
+    v = np.asarray(var, dtype=float)
+    p = list(positions)
+    if len(p) == 2:
+        dl = p[1] - p[0]
+        var_u = v[0] if p[0] == 0 else (p[1] ** 2 * v[0] + p[0] ** 2 * v[1]) / dl**2
+        return var_u, (v[0] + v[1]) / dl**2
+    a, b = _line_weights(p)
+    return np.tensordot(a**2, v, axes=1), np.tensordot(b**2, v, axes=1)
+
+
+def moment_line(eps, positions, calibration: float):
+    """(T [N], M [N m]) at the interface from gauge strains ``eps`` (n_gauges, ...) at
+    ``positions`` [m]: the line ``M(x) = M0 - T x`` fitted to ``c eps_j`` by least squares (the
+    published finite-difference rule for two gauges, computed exactly as
+    :func:`forces_finite_difference`)."""
+    e = np.asarray(eps)
+    p = list(positions)
+    c = calibration
+    if len(p) == 2:
+        d1, d2 = p
+        slope = (e[1] - e[0]) / (d2 - d1)
+        return -c * slope, c * (e[0] - d1 * slope)
+    a, b = _line_weights(p)
+    return -c * np.tensordot(b, e, axes=1), c * np.tensordot(a, e, axes=1)
+
+
+def _force_variance(var, positions, calibration):
+    """Variance of (T, M) through :func:`moment_line` from independent gauge variances."""
+    v = np.asarray(var, dtype=float)
+    p = list(positions)
+    c = calibration
+    if len(p) == 2:
+        d1, d2 = p
+        var_T = c**2 * (v[0] + v[1]) / (d2 - d1) ** 2
+        var_M = c**2 * ((1 + d1 / (d2 - d1)) ** 2 * v[0] + (d1 / (d2 - d1)) ** 2 * v[1])
+        return var_T, var_M
+    a, b = _line_weights(p)
+    return c**2 * np.tensordot(b**2, v, axes=1), c**2 * np.tensordot(a**2, v, axes=1)
+
+
 def forces_finite_difference(eps1, eps2, layout: SensorLayout):
     """Published rule: shear from the moment slope between the gauges, moment extrapolated
     linearly to the interface. Works on signals or coefficients. Returns (T [N], M [N m])."""
-    d1, d2 = layout.gauge_positions
+    d1, d2 = layout.gauge_positions[:2]
     c = layout.gauge_calibration
     slope = (np.asarray(eps2) - np.asarray(eps1)) / (d2 - d1)
     return -c * slope, c * (np.asarray(eps1) - d1 * slope)
@@ -135,12 +318,20 @@ def forces_inertia_corrected(eps1, eps2, u0, theta0, s, layout: SensorLayout):
     inertia of the segment up to the gauge midpoint:
     ``T(0) = T_fd + rhoA s^2 int_0^xm (u0 + theta0 x) dx`` (rigid-segment approximation),
     ``M(0) = M_fd + rhoA s^2 int_0^d1 int_0^x (u0 + theta0 y) dy dx``-style terms are
-    neglected. Coefficient domain: ``s = i k Omega`` broadcast against the harmonic axis."""
-    T, M = forces_finite_difference(eps1, eps2, layout)
+    neglected. Coefficient domain: ``s = i k Omega`` broadcast against the harmonic axis.
+    With more than two gauges (``eps2=None``, ``eps1`` stacked (n_gauges, ...) in the order of
+    ``layout.gauge_positions``) the least-squares line :func:`moment_line` replaces the
+    finite difference and ``xm`` is the gauges' mean position (where the least-squares slope
+    of a smooth moment is the local shear)."""
+    if eps2 is None:
+        T, M = moment_line(eps1, layout.gauge_positions, layout.gauge_calibration)
+        xm = float(np.mean(layout.gauge_positions))
+    else:
+        T, M = forces_finite_difference(eps1, eps2, layout)
+        d1, d2 = layout.gauge_positions[:2]
+        xm = 0.5 * (d1 + d2)
     # the section stress carries the stiffness-proportional (Kelvin–Voigt) damping too
     visco = 1.0 + layout.zeta_stiffness * s
-    d1, d2 = layout.gauge_positions
-    xm = 0.5 * (d1 + d2)
     lam = layout.rhoA * (s * s + layout.zeta_mass * s)
     return visco * T + lam * (u0 * xm + theta0 * xm * xm / 2), visco * M
 
@@ -155,21 +346,38 @@ def forces_segment(eps1, eps2, u0, theta0, s, layout: SensorLayout):
     ``w''(d_j) = -2 eps_j / h``. Then ``M(0) = -EI (1 + zeta_K s) w''(0)`` and
     ``T(0) = EI (1 + zeta_K s) w'''(0)``. At s = 0 this reduces to the static cubic, where the
     finite-difference rule is exact.
+
+    More than two gauges (``eps2=None``, ``eps1`` stacked (n_gauges, ...) in the order of
+    ``layout.gauge_positions``): ``w(0), w'(0)`` hold exactly and the gauge equations in the
+    least-squares sense (equality-constrained least squares); exact when the gauges read a
+    true segment state.
     """
-    d1, d2 = layout.gauge_positions
+    pos = list(layout.gauge_positions)
+    if eps2 is None:
+        eps = [np.asarray(e, dtype=complex) for e in np.asarray(eps1)]
+    else:
+        eps = [np.asarray(eps1, dtype=complex), np.asarray(eps2, dtype=complex)]
+        pos = pos[:2]
+    ng = len(eps)
+    dmax = max(pos)
     h, EI = layout.thickness, layout.EI
-    eps1, eps2, u0, theta0, s = np.broadcast_arrays(*(np.asarray(a, dtype=complex) for a in (eps1, eps2, u0, theta0, s)))
+    arrs = np.broadcast_arrays(*eps, *(np.asarray(a, dtype=complex) for a in (u0, theta0, s)))
+    s = arrs[-1]
     out_T = np.empty(s.shape, dtype=complex)
     out_M = np.empty(s.shape, dtype=complex)
-    flat = [a.reshape(-1) for a in (eps1, eps2, u0, theta0, s)]
-    for n, (e1, e2, w0, t0, sn) in enumerate(zip(*flat)):
+    flat = [a.reshape(-1) for a in arrs]
+    for n, vals in enumerate(zip(*flat)):
+        e, w0, t0, sn = vals[:ng], vals[ng], vals[ng + 1], vals[ng + 2]
         Ec = EI * (1.0 + layout.zeta_stiffness * sn)
         b4 = -layout.rhoA * (sn * sn + layout.zeta_mass * sn) / Ec
-        k1, k2 = -2.0 * e1 / h, -2.0 * e2 / h
-        if abs(b4) * d2**4 < 1e-10:
+        k = [-2.0 * ej / h for ej in e]
+        if abs(b4) * dmax**4 < 1e-10:
             # static cubic: w = w0 + t0 x + a x^2 + c x^3, w'' = 2a + 6c x
-            A = np.array([[2.0, 6.0 * d1], [2.0, 6.0 * d2]])
-            a, c = np.linalg.solve(A, np.array([k1, k2]))
+            A = np.array([[2.0, 6.0 * d] for d in pos])
+            if ng == 2:
+                a, c = np.linalg.solve(A, np.array(k))
+            else:
+                a, c = np.linalg.lstsq(A.astype(complex), np.array(k), rcond=None)[0]
             w2, w3 = 2 * a, 6 * c
         else:
             b = b4 ** 0.25
@@ -184,13 +392,48 @@ def forces_segment(eps1, eps2, u0, theta0, s, layout: SensorLayout):
                 }
                 return rows[order]
 
-            A = np.array([basis(0.0, 0), basis(0.0, 1), basis(d1, 2), basis(d2, 2)], dtype=complex)
-            coef = np.linalg.solve(A, np.array([w0, t0, k1, k2]))
+            if ng == 2:
+                A = np.array([basis(0.0, 0), basis(0.0, 1), basis(pos[0], 2), basis(pos[1], 2)], dtype=complex)
+                coef = np.linalg.solve(A, np.array([w0, t0, k[0], k[1]]))
+            else:
+                coef = _constrained_lstsq(
+                    np.array([basis(d, 2) for d in pos], dtype=complex), np.array(k),
+                    np.array([basis(0.0, 0), basis(0.0, 1)], dtype=complex), np.array([w0, t0]),
+                )
             w2 = np.dot(basis(0.0, 2), coef)
             w3 = np.dot(basis(0.0, 3), coef)
         out_M.reshape(-1)[n] = -Ec * w2
         out_T.reshape(-1)[n] = Ec * w3
     return out_T, out_M
+
+
+def _constrained_lstsq(A, y, C, d):
+    """``argmin |A x - y|`` subject to ``C x = d`` (null-space method; C full row rank)."""
+    q, r = np.linalg.qr(C.conj().T, mode="complete")
+    m = C.shape[0]
+    x0 = q[:, :m] @ np.linalg.solve(r[:m].conj().T, d)
+    Z = q[:, m:]
+    z = np.linalg.lstsq(A @ Z, y - A @ x0, rcond=None)[0]
+    return x0 + Z @ z
+
+
+def _gauge_forces(eps, u, th, s, layout: SensorLayout, method: str):
+    """(T, M) from gauge coefficients ``eps`` (n_gauges, n_orders) ordered as
+    ``layout.gauge_positions``: the two-gauge functions unchanged for two gauges, their
+    least-squares forms for more."""
+    if len(eps) == 2:
+        e1, e2 = eps
+        if method == "finite-difference":
+            return forces_finite_difference(e1, e2, layout)
+        if method == "inertia":
+            return forces_inertia_corrected(e1, e2, u, th, s, layout)
+        return forces_segment(e1, e2, u, th, s, layout)
+    E = np.stack(eps)
+    if method == "finite-difference":
+        return moment_line(E, layout.gauge_positions, layout.gauge_calibration)
+    if method == "inertia":
+        return forces_inertia_corrected(E, None, u, th, s, layout)
+    return forces_segment(E, None, u, th, s, layout)
 
 
 @dataclass(frozen=True)
@@ -209,11 +452,12 @@ class InterfaceMeasurement:
 
 def measure_interface(acq, layout: SensorLayout, orders, method: str = "segment", reject_mains: bool = False) -> InterfaceMeasurement:
     """Fit harmonics to an acquisition's channels (raw volts), remove each channel's filter
-    lag, and reconstruct (u, theta, T, M). ``acq`` has ``t`` [s, demand time base], ``data``
-    (channel name -> raw volts), ``frequency_hz`` and ``n_periods``. ``reject_mains``:
-    estimate and subtract the layout's mains frequencies instead of only averaging them."""
+    lag and skew, and reconstruct (u, theta, T, M). ``acq`` has ``t`` [s, demand time base],
+    ``data`` (channel name -> raw volts; every channel of the layout), ``frequency_hz`` and
+    ``n_periods``. ``reject_mains``: estimate and subtract the layout's mains frequencies
+    instead of only averaging them."""
     orders = np.asarray(orders, dtype=int)
-    names = ("l1", "l2", "g1", "g2")
+    names = layout.channel_names
     raw = np.stack([np.asarray(acq.data[n], dtype=float) for n in names])
     nuisance = layout.mains_frequencies if reject_mains else ()
     fit = harmonics.fit(acq.t, raw, acq.frequency_hz, orders, n_periods=acq.n_periods, nuisance_hz=nuisance)
@@ -230,41 +474,35 @@ def measure_interface_from_coefficients(rec, layout: SensorLayout, orders, metho
     orders = np.asarray(orders, dtype=int)
     rec_orders = [int(k) for k in np.asarray(rec.orders)]
     idx = [rec_orders.index(int(k)) for k in orders]
-    coef = {n: np.asarray(rec.coefficients[n])[idx] for n in ("l1", "l2", "g1", "g2")}
-    var = {n: np.asarray(rec.variance[n])[idx] for n in ("l1", "l2", "g1", "g2")}
+    names = layout.channel_names
+    coef = {n: np.asarray(rec.coefficients[n])[idx] for n in names}
+    var = {n: np.asarray(rec.variance[n])[idx] for n in names}
     return _reduce(coef, var, rec.frequency_hz, rec.n_periods, layout, orders, method)
 
 
 def _reduce(raw_coef: dict, raw_var: dict, f: float, n_periods: int, layout: SensorLayout, orders, method: str) -> InterfaceMeasurement:
-    """Raw-volt channel coefficients -> calibrated, lag-corrected interface quantities. The
-    scale is linear, so scaling coefficients equals fitting scaled samples; the offset enters
-    the DC coefficient only."""
+    """Raw-volt channel coefficients -> calibrated, lag- and skew-corrected interface
+    quantities. The scale is linear, so scaling coefficients equals fitting scaled samples;
+    the offset enters the DC coefficient only."""
     if method not in FORCE_METHODS:
         raise ValueError(f"unknown force reconstruction {method!r}; use one of {FORCE_METHODS}")
     coef, var = {}, {}
-    for n in ("l1", "l2", "g1", "g2"):
-        spec = layout.channel(n)
+    for spec in layout.channels:
+        n = spec.name
         g = np.array([spec.response(k * f) for k in orders])
         c = np.asarray(raw_coef[n], dtype=complex) * spec.scale + np.where(orders == 0, spec.offset, 0.0)
         coef[n] = c / g
         var[n] = np.asarray(raw_var[n], dtype=float) * spec.scale**2 / np.abs(g) ** 2
-    u, th = lasers_to_motion(coef["l1"], coef["l2"], layout.laser_spacing)
-    dl = layout.laser_spacing
-    var_u = var["l1"]
-    var_th = (var["l1"] + var["l2"]) / dl**2
+    lasers = layout.lasers
+    u, th = lasers_to_motion_ls([coef[c.name] for c in lasers], layout.laser_positions)
+    u = np.array(u, dtype=complex)  # a copy: the DC fix below must not touch a channel's array
+    var_u, var_th = _motion_variance([var[c.name] for c in lasers], layout.laser_positions)
     s = 2j * np.pi * f * orders
-    if method == "finite-difference":
-        T, M = forces_finite_difference(coef["g1"], coef["g2"], layout)
-    elif method == "inertia":
-        T, M = forces_inertia_corrected(coef["g1"], coef["g2"], u, th, s, layout)
-    else:
-        T, M = forces_segment(coef["g1"], coef["g2"], u, th, s, layout)
-    # first-order variance propagation through the finite-difference rule (the dominant,
-    # gauge-noise part for all methods)
-    d1, d2 = layout.gauge_positions
-    c = layout.gauge_calibration
-    var_T = c**2 * (var["g1"] + var["g2"]) / (d2 - d1) ** 2
-    var_M = c**2 * ((1 + d1 / (d2 - d1)) ** 2 * var["g1"] + (d1 / (d2 - d1)) ** 2 * var["g2"])
+    gauges = layout.gauges
+    T, M = _gauge_forces([coef[c.name] for c in gauges], u, th, s, layout, method)
+    # first-order variance propagation through the finite-difference (least-squares) rule
+    # (the dominant, gauge-noise part for all methods)
+    var_T, var_M = _force_variance([var[c.name] for c in gauges], layout.gauge_positions, layout.gauge_calibration)
     # DC coefficients are real by convention
     for arr in (u, th, T, M):
         arr[..., orders == 0] = np.real(arr[..., orders == 0])

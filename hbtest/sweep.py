@@ -26,6 +26,7 @@ Safety and data (what a run guarantees):
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections import Counter
@@ -184,6 +185,7 @@ def _store_attrs(cfg: SweepConfig, rig_cfg, overrides, seed) -> dict:
         profile=cfg.solver.profile,
         tolerance_m=cfg.test.tolerance,
         seed=seed,
+        sensor_layout=json.dumps(rig_cfg.sensors.to_dict()),  # the calibration the reduction used
     )
 
 

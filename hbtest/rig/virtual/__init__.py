@@ -25,9 +25,11 @@ Physics (SI units; x along the beam from the pin axis, ``u`` up, ``theta`` count
   spring/dashpot to ground) pushed by ``K_f i``, stinger (axial spring/dashpot) from the
   armature to the clamp point at ``position_mm`` along x: the first at the pin axis (vertical),
   the second at a lever arm (rotation, through the moment of its stinger force).
-- **Sensors** (the layout of ``[sensors]`` is taken as the true geometry): lasers
-  ``l1 = u`` and ``l2 = u + d_l theta``; gauges ``eps_j = -(h/2) u''(d_j)`` of the twin's own
-  beam (never the interface forces). Each channel with ``lowpass_hz > 0`` passes an analogue
+- **Sensors** (the layout of ``[sensors]`` is taken as the true geometry; every declared
+  channel is simulated, in the layout's order): a laser at lever position ``p`` reads
+  ``u + p theta`` (the published ``l1 = u``, ``l2 = u + d_l theta``); a gauge at ``d`` reads
+  ``eps = -(h/2) u''(d)`` of the twin's own beam (never the interface forces); the beam has a
+  node at every gauge. Each channel with ``lowpass_hz > 0`` passes an analogue
   Butterworth low-pass of its order (part of the continuous model: exact, state carried
   across calls). Mains interference (``mains_hz`` and multiples, amplitudes relative to the
   fundamental, phases drawn from the seed) is picked up at the gauge bridge and passes the
@@ -35,6 +37,12 @@ Physics (SI units; x along the beam from the pin axis, ``u`` up, ``theta`` count
   converter. Raw channel values are volts: ``volts = (physical - offset) / scale``.
 - **Actuation delay** ``tau``: a delay of the DAC output. ``tau = (d + alpha) dt`` is applied
   exactly, fractional part included (the held input changes at ``t_n + tau``); no rounding.
+- **Channel skew** (``skew_us`` of a channel, >= 0): the channel's sample ``n`` is its signal
+  at ``t_n - skew`` — computed exactly from the modal state ``q + 1`` samples earlier and the
+  held inputs over the partial step (``skew = (q + beta) dt``), on both simulation paths. Not
+  together with friction (a ConfigError).
+- **Actuators**: exactly two shakers (``[rig].actuators`` must name two, one
+  ``[[virtual.shakers]]`` table each; other rig kinds take any number).
 
 Simulation: the linear model (beam + clamp + stingers + armatures + coil currents; inputs =
 amplifier input voltages and the friction force/torque) is assembled in first-order form

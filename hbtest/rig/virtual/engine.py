@@ -3,7 +3,9 @@ closed form, and the converter that turns channel values into ADC volts.
 
 Time: sample clock ``t_n = n / fs`` shared by DAC and ADC; the amplifier-input sample ``u[n]``
 is held over ``[t_n + tau, t_{n+1} + tau)`` (``tau = (d + alpha) dt``, the actuation delay);
-``y[n]`` is the channel at ``t_n``. Per modal state (:mod:`.model`) the exact zero-order-hold
+``y[n]`` is the channel at ``t_n`` (a skewed channel: at ``t_n - skew``, from the state ``q + 1``
+samples earlier advanced by the partial step, :mod:`.model`; the engine keeps ``q + 1`` past
+states and inputs for it, and a segment's closed form starts ``q + 1`` samples later). Per modal state (:mod:`.model`) the exact zero-order-hold
 recurrence ``z[n+1] = a z[n] + c_now b u[n-d] + c_prev b u[n-d-1]``.
 
 - A *segment* is a stretch where the input is a sum of complex exponentials in n,
@@ -66,11 +68,14 @@ class Engine:
         self.per_sample = bool(per_sample) or self.spec.friction.active
         self._rng = np.random.default_rng(seed)
         nh = len(self.spec.noise.mains_harmonics)
-        self._mains_phase = self._rng.uniform(0.0, 2 * np.pi, size=(2, nh))
+        self._nc = model.scale.size
+        self._mains_phase = self._rng.uniform(0.0, 2 * np.pi, size=(model.gauge_rows.size, nh))
         self._scale = model.scale
         self._offset = model.offset
         self._z = np.zeros(model.lam.size, complex)
-        self._hist = np.zeros((2, model.delay_samples + 1))  # u[n-d-1 .. n-1]
+        self._H = model.skew_history  # extra past samples the skewed channels look back
+        self._hist = np.zeros((2, model.delay_samples + 1 + self._H))  # u[n-d-1-H .. n-1]
+        self._zh = np.zeros((model.lam.size, self._H), complex)  # z[n-H .. n-1]
         self._force_prev = np.zeros(2)
         self._n = 0
         self._seg = None  # (X, rho, n_start): the input as a sum of exponentials
@@ -88,7 +93,7 @@ class Engine:
 
     def record(self, N: int) -> np.ndarray:
         """Advance ``N`` samples of the current segment and return the raw channel volts
-        (4, N) through the converter."""
+        (n_ch, N) through the converter."""
         n0 = self._n
         q = self.quantum()
         y = self.advance(N, 1.0 / (self._scale * q))
@@ -108,9 +113,9 @@ class Engine:
         times ``gain`` (None: no outputs). The first ``d + 1`` samples of a segment (delay line
         still holding the previous input) and the friction path use the sample recurrence;
         the rest is evaluated in closed form — the same exact discrete solution."""
-        y = np.empty((4, N)) if gain is not None else None
+        y = np.empty((self._nc, N)) if gain is not None else None
         done = 0
-        d1 = self._m.delay_samples + 1
+        d1 = self._m.delay_samples + 1 + self._H
         while done < N:
             since = self._n - self._seg[2]
             if self.per_sample or since < d1:
@@ -129,38 +134,61 @@ class Engine:
     def run(self, u: np.ndarray, outputs: bool):
         """Advance by the amplifier-input samples ``u`` (2, N) [V] with the sample recurrence
         (one :func:`scipy.signal.lfilter` per modal state, or a loop over samples for short
-        runs); physical channel values (4, N) at the sample instants when ``outputs``."""
+        runs); physical channel values (n_ch, N) at the sample instants when ``outputs``."""
         m = self._m
         N = u.shape[1]
         d = m.delay_samples
-        ext = np.concatenate([self._hist, u], axis=1)  # index k <-> u[n0 + k - d - 1]
-        P = m.Bz2[:, 0:1] * ext[0, : N + 1] + m.Bz2[:, 1:2] * ext[1, : N + 1]
-        self._hist = ext[:, -(d + 1) :].copy()
+        H = self._H
+        ext = np.concatenate([self._hist, u], axis=1)  # index k <-> u[n0 + k - d - 1 - H]
+        P_all = m.Bz2[:, 0:1] * ext[0, : H + N + 1] + m.Bz2[:, 1:2] * ext[1, : H + N + 1]
+        P = P_all[:, H:]
+        self._hist = ext[:, -(d + 1 + H) :].copy()
         self._n += N
-        held = ext[:, :N]  # input held just before t_n
+        held = ext[:, H : H + N]  # input held just before t_n
+        need_z = outputs or H > 0
         if self.per_sample:
             beta = m.c_now[:, None] * P[:, 1:] + m.c_prev[:, None] * P[:, :-1]
-            return self._run_per_sample(beta, held, outputs)
-        a, cn, cp = m.a, m.c_now, m.c_prev
-        Z = np.empty((m.lam.size, N), complex) if outputs else None
-        z = self._z
-        if N <= SHORT_RUN:
-            for k in range(N):
-                if outputs:
-                    Z[:, k] = z
-                z = a * z + cn * P[:, k + 1] + cp * P[:, k]
-            self._z = z
+            Z, y = self._run_per_sample(beta, held, need_z, outputs)
         else:
-            for i in range(m.lam.size):
-                # z[n+1] = a z[n] + c_now P[n+1] + c_prev P[n]
-                y, _ = scipy.signal.lfilter([cn[i], cp[i]], [1.0, -a[i]], P[i, 1:], zi=[cp[i] * P[i, 0] + a[i] * z[i]])
-                if outputs:
-                    Z[i, 0] = z[i]
-                    Z[i, 1:] = y[:-1]
-                z[i] = y[-1]
-        if not outputs:
-            return None
-        return np.real(np.einsum("cm,mn->cn", m.Cy, Z)) + np.einsum("cj,jn->cn", m.Dy[:, :2], held)
+            a, cn, cp = m.a, m.c_now, m.c_prev
+            Z = np.empty((m.lam.size, N), complex) if need_z else None
+            z = self._z
+            if N <= SHORT_RUN:
+                for k in range(N):
+                    if need_z:
+                        Z[:, k] = z
+                    z = a * z + cn * P[:, k + 1] + cp * P[:, k]
+                self._z = z
+            else:
+                for i in range(m.lam.size):
+                    # z[n+1] = a z[n] + c_now P[n+1] + c_prev P[n]
+                    y, _ = scipy.signal.lfilter([cn[i], cp[i]], [1.0, -a[i]], P[i, 1:], zi=[cp[i] * P[i, 0] + a[i] * z[i]])
+                    if need_z:
+                        Z[i, 0] = z[i]
+                        Z[i, 1:] = y[:-1]
+                    z[i] = y[-1]
+            y = np.real(np.einsum("cm,mn->cn", m.Cy, Z)) + np.einsum("cj,jn->cn", m.Dy[:, :2], held) if outputs else None
+        if H:
+            Z_all = np.concatenate([self._zh, Z], axis=1)  # column H + k <-> z[n0 + k]
+            self._zh = Z_all[:, -H:].copy()
+            if outputs:
+                self._skewed_samples(y, Z_all, P_all, ext, N)
+        return y
+
+    def _skewed_samples(self, y, Z_all, P_all, ext, N) -> None:
+        """Overwrite the skewed channels' rows of ``y`` (n_ch, N) with their exact values at
+        ``t_n - skew``: ``Re Cy (E z[m] + Wp b u[m-d-1] + Wn b u[m-d]) + Dy u_held`` with
+        ``m = n - q - 1`` (:mod:`.model`); columns of ``Z_all``/``P_all``/``ext`` as in
+        :meth:`run` (``H`` samples of history first)."""
+        m = self._m
+        H = self._H
+        k = np.arange(N)
+        for i, r in enumerate(m.skew_rows):
+            q = int(m.skew_q[i])
+            j = H + k - q - 1  # column of z[m] and of b u[m-d-1]
+            state = m.skew_E[i][:, None] * Z_all[:, j] + m.skew_Wp[i][:, None] * P_all[:, j] + m.skew_Wn[i][:, None] * P_all[:, j + 1]
+            held = ext[:, j + 1] if m.skew_late[i] else ext[:, j]
+            y[r] = np.real(m.Cy[r] @ state) + m.Dy[r, :2] @ held
 
     def _run_closed_form(self, N: int, gain: np.ndarray | None):
         """Advance ``N`` samples of a segment whose delay line is already filled with it. Per
@@ -197,6 +225,8 @@ class Engine:
             Y = np.einsum("cm,mk->ck", m.Cy, Gp) + np.conj(np.einsum("cm,mk->ck", m.Cy, Gm))
             Y += np.einsum("cj,jk->ck", m.Dy[:, :2], X) * np.exp(-rho * (d + 1))
             W = m.Cy * c[None, :]
+            if m.skew_rows.size:
+                self._skewed_closed_form(Y, W, X, rho, Gp, Gm, c)
             thr = OUTPUT_FLOOR_V * self._scale
             with np.errstate(under="ignore", divide="ignore"):
                 ratio = np.max(np.abs(W) / thr[:, None], axis=0)
@@ -212,18 +242,43 @@ class Engine:
                 outer = np.exp(np.multiply.outer(rates, L * np.arange(nB)))  # (n_e, nB)
             nblk = np.concatenate([np.full(rho.size, nB), np.minimum(nB, -(-n_act[act] // L)).astype(int)])
             outer[np.arange(nB)[None, :] >= nblk[:, None]] = 0.0
-            WO = coef[:, :, None] * outer[None, :, :]  # (4, n_e, nB)
-            A = np.concatenate([WO.real, -WO.imag], axis=1).transpose(0, 2, 1).reshape(4 * nB, 2 * rates.size)
+            nc = self._nc
+            WO = coef[:, :, None] * outer[None, :, :]  # (n_ch, n_e, nB)
+            A = np.concatenate([WO.real, -WO.imag], axis=1).transpose(0, 2, 1).reshape(nc * nB, 2 * rates.size)
             B = np.concatenate([inner.real, inner.imag], axis=0)
-            y = (A @ B).reshape(4, nB * L)[:, :N]
+            y = (A @ B).reshape(nc, nB * L)[:, :N]
         with np.errstate(under="ignore"):
             self._z = zp(N) + c * np.exp(m.lam * self.dt * N)
-        self._hist = np.real(X @ np.exp(np.multiply.outer(rho, np.arange(N - d - 1, N))))
+        H = self._H
+        self._hist = np.real(X @ np.exp(np.multiply.outer(rho, np.arange(N - d - 1 - H, N))))
+        if H:
+            with np.errstate(under="ignore"):
+                self._zh = np.stack([zp(j) + c * np.exp(m.lam * self.dt * j) for j in range(N - H, N)], axis=1)
         self._n += N
         return y
 
-    def _run_per_sample(self, beta, held, outputs):
-        """Slow path with friction: explicit regularised Coulomb force, held over one sample."""
+    def _skewed_closed_form(self, Y, W, X, rho, Gp, Gm, c) -> None:
+        """The skewed channels' rows of the closed-form output (in place): the state at
+        ``t_j - skew`` is ``E z[j-q-1] + Wp b u[j-q-d-2] + Wn b u[j-q-d-1]`` (:mod:`.model`)
+        — for the forced part a new coefficient per input exponential, for a modal transient
+        ``c e^{lambda (t_j - skew)}``."""
+        m = self._m
+        d = m.delay_samples
+        BX, BXc = m.Bz2 @ X, m.Bz2 @ np.conj(X)
+        rc = np.conj(rho)
+        for i, r in enumerate(m.skew_rows):
+            q = int(m.skew_q[i])
+            E, Wp, Wn = m.skew_E[i][:, None], m.skew_Wp[i][:, None], m.skew_Wn[i][:, None]
+            Hp = E * Gp * np.exp(-rho * (q + 1)) + 0.5 * (Wp * np.exp(-rho * (q + d + 2)) + Wn * np.exp(-rho * (q + d + 1))) * BX
+            Hm = E * Gm * np.exp(-rc * (q + 1)) + 0.5 * (Wp * np.exp(-rc * (q + d + 2)) + Wn * np.exp(-rc * (q + d + 1))) * BXc
+            lag = q + d + 1 if m.skew_late[i] else q + d + 2
+            Y[r] = m.Cy[r] @ Hp + np.conj(m.Cy[r] @ Hm) + (m.Dy[r, :2] @ X) * np.exp(-rho * lag)
+            with np.errstate(under="ignore"):
+                W[r] = m.Cy[r] * c * np.exp(-m.lam * m.skew[r])
+
+    def _run_per_sample(self, beta, held, need_z, outputs):
+        """Slow path with friction: explicit regularised Coulomb force, held over one sample.
+        Returns (states (n_s, N) when ``need_z``, channels (n_ch, N) when ``outputs``)."""
         m = self._m
         fr = self.spec.friction
         N = beta.shape[1]
@@ -232,12 +287,13 @@ class Engine:
         Cv, Dv = m.Cv, m.Dv
         z = self._z.copy()
         fprev = self._force_prev.copy()
-        Z = np.empty((m.lam.size, N), complex) if outputs else None
+        Z = np.empty((m.lam.size, N), complex) if need_z else None
         Fh = np.empty((2, N)) if outputs else None
         tanh = math.tanh
         for k in range(N):
-            if outputs:
+            if need_z:
                 Z[:, k] = z
+            if outputs:
                 Fh[:, k] = fprev
             vel = np.real(Cv @ z) + Dv[:, :2] @ held[:, k] + Dv[:, 2:] @ fprev
             F0 = -fr.slider_force * tanh(vel[0] / fr.slider_velocity) if fr.slider_force > 0 else 0.0
@@ -247,8 +303,8 @@ class Engine:
         self._z[:] = z
         self._force_prev = fprev
         if not outputs:
-            return None
-        return np.real(np.einsum("cm,mn->cn", m.Cy, Z)) + np.einsum("cj,jn->cn", m.Dy[:, :2], held) + np.einsum("cj,jn->cn", m.Dy[:, 2:], Fh)
+            return Z, None
+        return Z, np.real(np.einsum("cm,mn->cn", m.Cy, Z)) + np.einsum("cj,jn->cn", m.Dy[:, :2], held) + np.einsum("cj,jn->cn", m.Dy[:, 2:], Fh)
 
     def quantum(self) -> float:
         """Output unit of the simulation for an acquisition: one ADC step [V] (1 V when the
@@ -265,11 +321,14 @@ class Engine:
         N = y.shape[1]
         if np.any(self._offset != 0):
             y -= (self._offset / (self._scale * q))[:, None]
+        g = self._m.gauge_rows
         if self.noise and nz.mains_amplitude > 0:
-            y[2:4] += self._mains(n0, N, 1.0 / (self._scale[2:4] * q))
+            y[g] += self._mains(n0, N, 1.0 / (self._scale[g] * q))
         if self.noise and (nz.laser_rms > 0 or nz.gauge_rms > 0):
-            sig = np.array([nz.laser_rms, nz.laser_rms, nz.gauge_rms, nz.gauge_rms]) / (self._scale * q)
-            noise = GAUSS_TABLE.take(self._rng.integers(0, GAUSS_TABLE.size, size=(4, N), dtype=np.uint16))
+            rms = np.full(self._nc, nz.laser_rms)
+            rms[g] = nz.gauge_rms
+            sig = rms / (self._scale * q)
+            noise = GAUSS_TABLE.take(self._rng.integers(0, GAUSS_TABLE.size, size=(self._nc, N), dtype=np.uint16))
             noise *= sig[:, None]
             y += noise
         if self.noise and nz.adc_bits > 0:
@@ -287,15 +346,16 @@ class Engine:
 
         def signal(n):  # n: sample indices (int array)
             base = (2 * np.pi * nz.mains_hz * self.dt * n) % (2 * np.pi)
-            acc = np.zeros((2, n.size), complex)
+            rows = self._m.gauge_rows
+            acc = np.zeros((rows.size, n.size), complex)
             w = np.exp(1j * base)
             wh = np.ones(n.size, complex)
             for h, rel in enumerate(nz.mains_harmonics, start=1):
                 wh = wh * w
                 if rel == 0:
                     continue
-                for j in (0, 1):
-                    g = complex(filter_response(self._m.channel_filters[2 + j], 2j * np.pi * h * nz.mains_hz))
+                for j, r in enumerate(rows):
+                    g = complex(filter_response(self._m.channel_filters[r], 2j * np.pi * h * nz.mains_hz))
                     acc[j] += gain[j] * nz.mains_amplitude * rel * g * np.exp(1j * self._mains_phase[j, h - 1]) * wh
             return np.real(acc)
 

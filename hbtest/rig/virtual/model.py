@@ -5,14 +5,17 @@ counter-clockwise). Mechanical DOFs: the PS beam's (node 0 = the clamp's u, thet
 interface), then the two shaker armatures ``z1, z2`` (up). First-order form
 ``E x' = A x + B u`` with ``x = (q, q', i1, i2)`` (coil currents [A]); inputs ``u`` =
 (amplifier input 1 [V], amplifier input 2 [V], friction force on the slider [N], friction
-torque on the pin [N m]). Raw outputs (``C_raw`` rows): l1 [m], l2 [m], eps1, eps2 (unfiltered
-strain), u' [m/s], theta' [rad/s].
+torque on the pin [N m]). Raw outputs (``C_raw`` rows): one per channel of the sensor layout in
+its order (a laser at lever position p: ``u + p theta`` [m]; a gauge at x = d: unfiltered
+strain ``-(h/2) w''(d)``), then u' [m/s], theta' [rad/s].
 
 The model is diagonalised (generalised eigenproblem, left and right vectors): modes with
 ``|lambda| < 2 pi modal_cutoff_hz`` kept, the rest a static correction matching the full
 model's DC gain; the channel Butterworth filters appended by partial fractions; each mode
 discretised exactly for the zero-order-hold DAC with the fractional actuation delay
-(``a = e^{lambda dt}``, weights ``c_now``/``c_prev`` of the two held inputs over a sample).
+(``a = e^{lambda dt}``, weights ``c_now``/``c_prev`` of the two held inputs over a sample); a
+channel's skew (it samples ``skew`` seconds late) is the same exact partial step from an
+earlier sample (``skew_*`` weights).
 The amplifier polynomial ``v + a2 v^2 + a3 v^3`` (static, before the gain) is here too.
 """
 
@@ -28,7 +31,7 @@ import scipy.signal
 
 from ...sensors import SensorLayout
 from ...structures import Beam, beam as make_beam
-from .spec import CHANNELS, VirtualSpec
+from .spec import VirtualSpec
 
 __all__ = ["Model", "build_model", "assemble", "channel_filter", "filter_response", "zoh", "amplifier_input", "input_harmonics"]
 
@@ -42,8 +45,8 @@ class Model:
     spec: VirtualSpec
     layout: SensorLayout
     fs: float  # sample rate [Hz] of the discretisation
-    scale: np.ndarray  # (4,) per channel: physical units per raw volt, in CHANNELS order
-    offset: np.ndarray  # (4,) per channel: physical offset
+    scale: np.ndarray  # (n_ch,) per channel: physical units per raw volt, in layout order
+    offset: np.ndarray  # (n_ch,) per channel: physical offset
     beam: Beam
     nb: int  # beam DOFs (node 0 = clamp u, theta)
     nm: int  # mechanical DOFs (beam + 2 armatures)
@@ -51,13 +54,15 @@ class Model:
     E: np.ndarray
     MCK: tuple  # mechanical M, C, K (beam DOFs, armatures)
     B: np.ndarray  # inputs: amplifier inputs (2), slider force, pin torque
-    C_raw: np.ndarray  # l1, l2, eps1, eps2 (unfiltered physical), u', theta'
+    C_raw: np.ndarray  # channels (unfiltered physical, layout order), u', theta'
     channel_filters: tuple  # per channel: None or (poles, gain)
+    gauge_rows: np.ndarray  # indices of the gauge channels (mains, gauge noise)
+    laser_rows: np.ndarray  # indices of the laser channels
     kept: np.ndarray  # kept eigenvalues (all members of pairs)
     lam: np.ndarray  # simulated modal states (representatives + filter modes)
     fac: np.ndarray
-    Cy: np.ndarray  # (4, n_s) complex, factors folded in
-    Dy: np.ndarray  # (4, 4) direct feedthrough of held inputs (unfiltered channels)
+    Cy: np.ndarray  # (n_ch, n_s) complex, factors folded in
+    Dy: np.ndarray  # (n_ch, 4) direct feedthrough of held inputs (unfiltered channels)
     Cv: np.ndarray  # (2, n_s) velocities u', theta'
     Dv: np.ndarray
     Bz: np.ndarray  # (n_s, 4)
@@ -68,6 +73,14 @@ class Model:
     c_force: np.ndarray  # (e^{lambda dt} - 1)/lambda (undelayed inputs)
     delay_samples: int
     delay_fraction: float
+    skew: np.ndarray  # (n_ch,) per channel: the channel samples its signal this late [s]
+    skew_rows: np.ndarray  # indices of the skewed channels
+    skew_q: np.ndarray  # per skewed channel: whole samples q of skew = (q + beta) dt
+    skew_E: np.ndarray  # (n_skewed, n_s): e^{lambda gamma dt}, gamma = 1 - beta
+    skew_Wp: np.ndarray  # (n_skewed, n_s): weight of b u[m-d-1] over [t_m, t_m + gamma dt]
+    skew_Wn: np.ndarray  # (n_skewed, n_s): weight of b u[m-d]
+    skew_late: np.ndarray  # per skewed channel: the held input at t_m + gamma dt is u[m-d]
+    skew_history: int  # past samples the skewed outputs look back (max q + 1; 0 = none)
     rig_modes: np.ndarray  # eigenvalues of clamp + shakers without the beam
     max_condition: float
 
@@ -150,13 +163,16 @@ def build_model(spec: VirtualSpec, layout: SensorLayout, fs: float) -> Model:
     N = A.shape[0]
     h = spec.beam.thickness
     eye = np.eye(nb)
-    C_raw = np.zeros((6, N))
-    C_raw[0, 0] = 1.0
-    C_raw[1, 0], C_raw[1, 1] = 1.0, layout.laser_spacing
-    for j, d in enumerate(layout.gauge_positions):
-        C_raw[2 + j, :nb] = -(h / 2) * np.array([b.curvature(eye[k], d) for k in range(nb)])
-    C_raw[4, nm + 0] = 1.0
-    C_raw[5, nm + 1] = 1.0
+    chans = layout.channels
+    nc = len(chans)
+    C_raw = np.zeros((nc + 2, N))
+    for j, ch in enumerate(chans):
+        if ch.kind == "laser":
+            C_raw[j, 0], C_raw[j, 1] = 1.0, ch.position
+        else:
+            C_raw[j, :nb] = -(h / 2) * np.array([b.curvature(eye[k], ch.position) for k in range(nb)])
+    C_raw[nc, nm + 0] = 1.0
+    C_raw[nc + 1, nm + 1] = 1.0
 
     lam, wl, vr = scipy.linalg.eig(A, E, left=True, right=True)
     keep = np.abs(lam) < 2 * np.pi * spec.modal_cutoff_hz
@@ -167,7 +183,7 @@ def build_model(spec: VirtualSpec, layout: SensorLayout, fs: float) -> Model:
     cond = np.linalg.norm(wl, axis=0) * np.linalg.norm(E @ vr, axis=0) / np.abs(nrm)
     if np.any(cond > 1e9) or np.any(np.real(lam) >= 0):
         raise ValueError(f"virtual rig: kept modes are ill-conditioned or unstable (condition {cond.max():.3g})")
-    cm = C_raw @ vr  # (6, k)
+    cm = C_raw @ vr  # (n_ch + 2, k)
     bm = (wl.conj().T @ B) / nrm[:, None]  # (k, 4)
     G0 = -C_raw @ np.linalg.solve(A, B)
     D = np.real(G0 - np.einsum("ik,kj->ij", cm, bm / (-lam)[:, None]))  # static correction
@@ -178,13 +194,13 @@ def build_model(spec: VirtualSpec, layout: SensorLayout, fs: float) -> Model:
     lam_r = np.where(is_real, np.real(lam), lam)[rep]
     fac_r = np.where(is_real[rep], 1.0, 2.0)
 
-    filters = tuple(channel_filter(layout.channel(c)) for c in CHANNELS)
+    filters = tuple(channel_filter(c) for c in chans)
     lam_s = [lam_r]
     fac_s = [fac_r]
     Bz = [bm[rep]]
-    Cy_m = np.zeros((4, lam_r.size), complex)
+    Cy_m = np.zeros((nc, lam_r.size), complex)
     Cy_f = []
-    Dy = np.zeros((4, 4))
+    Dy = np.zeros((nc, 4))
     for j, filt in enumerate(filters):
         Cy_m[j] = cm[j, rep] * filter_response(filt, lam_r)
         if filt is None:
@@ -207,14 +223,14 @@ def build_model(spec: VirtualSpec, layout: SensorLayout, fs: float) -> Model:
     fac_all = np.concatenate(fac_s)
     Bz = np.concatenate(Bz, axis=0)
     n_s = lam_all.size
-    Cy = np.zeros((4, n_s), complex)
+    Cy = np.zeros((nc, n_s), complex)
     Cy[:, : lam_r.size] = Cy_m
     for j, i in Cy_f:
         Cy[j, lam_r.size + i] = 1.0
     Cy = Cy * fac_all[None, :]
     Cv = np.zeros((2, n_s), complex)
-    Cv[:, : lam_r.size] = cm[4:6, rep] * fac_r[None, :]
-    Dv = D[4:6]
+    Cv[:, : lam_r.size] = cm[nc : nc + 2, rep] * fac_r[None, :]
+    Dv = D[nc : nc + 2]
 
     dt = 1.0 / fs
     tau = spec.actuation_delay / dt
@@ -228,17 +244,46 @@ def build_model(spec: VirtualSpec, layout: SensorLayout, fs: float) -> Model:
     c_now = phi(x * (1 - alpha)) * (1 - alpha)
     c_prev = np.exp(x * (1 - alpha)) * phi(x * alpha) * alpha
 
+    # channel skew: the sample n of a skewed channel is its signal at t_n - tau, tau = (q +
+    # beta) dt, i.e. at t_m + gamma dt with m = n - q - 1, gamma = 1 - beta: the state there is
+    # e^{lambda gamma dt} z[m] plus the held input integrated over [t_m, t_m + gamma dt] (it
+    # changes at t_m + alpha dt from u[m-d-1] to u[m-d]) — exact, like the actuation delay
+    skew = np.array([c.skew for c in chans], dtype=float)
+    if np.any(skew < 0):
+        raise ValueError("virtual rig: a channel skew must not be negative (the twin cannot sample ahead)")
+    rows = np.flatnonzero(skew > 0)
+    sq, sE, sWp, sWn, slate = [], [], [], [], []
+    for r in rows:
+        ts = skew[r] / dt
+        q = int(math.floor(ts + 1e-12))
+        gam = 1.0 - max(0.0, ts - q)
+        sq.append(q)
+        sE.append(np.exp(x * gam))
+        if gam <= alpha:
+            sWp.append(phi(x * gam) * gam)
+            sWn.append(np.zeros_like(x))
+            slate.append(False)
+        else:
+            sWp.append(np.exp(x * (gam - alpha)) * phi(x * alpha) * alpha)
+            sWn.append(phi(x * (gam - alpha)) * (gam - alpha))
+            slate.append(True)
+    empty = np.zeros((0, x.size), complex)
+
     # modes of the rig without the beam (clamp on springs + shakers)
     _, _, _, A0, E0, _, _ = assemble(spec, layout, with_beam=False)
     rig = scipy.linalg.eigvals(A0, E0)
     rig = rig[np.isfinite(rig)]
     rig = rig[np.argsort(np.abs(rig))]
-    chans = [layout.channel(c) for c in CHANNELS]
     return Model(
         spec=spec, layout=layout, fs=float(fs), scale=np.array([c.scale for c in chans]), offset=np.array([c.offset for c in chans]),
-        beam=b, nb=nb, nm=nm, A=A, E=E, MCK=MCK, B=B, C_raw=C_raw, channel_filters=filters, kept=lam,
+        beam=b, nb=nb, nm=nm, A=A, E=E, MCK=MCK, B=B, C_raw=C_raw, channel_filters=filters,
+        gauge_rows=np.array([j for j, c in enumerate(chans) if c.kind != "laser"], dtype=int),
+        laser_rows=np.array([j for j, c in enumerate(chans) if c.kind == "laser"], dtype=int), kept=lam,
         lam=lam_all, fac=fac_all, Cy=Cy, Dy=Dy, Cv=Cv, Dv=Dv, Bz=Bz, Bz2=np.ascontiguousarray(Bz[:, :2]), a=a, c_now=c_now,
-        c_prev=c_prev, c_force=c_force, delay_samples=d, delay_fraction=alpha, rig_modes=rig,
+        c_prev=c_prev, c_force=c_force, delay_samples=d, delay_fraction=alpha,
+        skew=skew, skew_rows=rows, skew_q=np.array(sq, dtype=int), skew_E=np.array(sE) if sq else empty,
+        skew_Wp=np.array(sWp) if sq else empty, skew_Wn=np.array(sWn) if sq else empty, skew_late=np.array(slate, dtype=bool),
+        skew_history=int(max(sq) + 1) if sq else 0, rig_modes=rig,
         max_condition=float(cond.max()),
     )
 

@@ -16,7 +16,6 @@ import numpy as np
 
 from ...substructure import Substructure
 from .model import Model, filter_response, input_harmonics, zoh
-from .spec import CHANNELS
 
 __all__ = [
     "SteadyState",
@@ -73,7 +72,8 @@ def steady_state(model: Model, frequency_hz: float, voltage, orders, output_orde
     ``frequency_hz`` — noise-free raw channel volts (filters, delay, zero-order hold and
     amplifier polynomial included) and the exact PS interface (u, theta, T, M) with
     ``T, M`` the generalised forces applied to the PS beam at x = 0 (interface rows of
-    ``D_beam(s) q``). Per harmonic ``x = (sE - A)^-1 B U_k ZOH(s) e^{-s tau}``; the aliases of
+    ``D_beam(s) q``). Per harmonic ``x = (sE - A)^-1 B U_k ZOH(s) e^{-s tau}``, each channel
+times its filter and its skew's ``e^{-s skew}``; the aliases of
     the held input above Nyquist are neglected (below 1e-7 relative here). ``output_orders``
     (default ``orders``) selects the harmonics returned. With friction the result is the
     friction-free response (``exact=False``)."""
@@ -84,7 +84,8 @@ def steady_state(model: Model, frequency_hz: float, voltage, orders, output_orde
     out = orders if output_orders is None else np.atleast_1d(np.asarray(output_orders, dtype=int))
     U = input_harmonics(spec.shakers, voltage, orders, out)
     w = 2 * np.pi * float(frequency_hz)
-    ch = np.zeros((4, out.size), complex)
+    nc = m.scale.size
+    ch = np.zeros((nc, out.size), complex)
     disp = np.zeros((2, out.size), complex)
     force = np.zeros((2, out.size), complex)
     b = m.beam
@@ -92,9 +93,11 @@ def steady_state(model: Model, frequency_hz: float, voltage, orders, output_orde
         s = 1j * k * w
         gain = complex(zoh(s, dt)) * np.exp(-s * spec.actuation_delay)
         x = mechanical_response(m, s, U[:, i]) * gain
-        y = m.C_raw[:4, : m.nm] @ x
-        for j in range(4):
+        y = m.C_raw[:nc, : m.nm] @ x
+        for j in range(nc):
             y[j] *= complex(filter_response(m.channel_filters[j], s))
+            if m.skew[j] != 0.0:
+                y[j] *= np.exp(-s * m.skew[j])  # the channel samples skew seconds late
         if k == 0:
             y = np.real(y) - m.offset
         ch[:, i] = y / m.scale
@@ -106,7 +109,7 @@ def steady_state(model: Model, frequency_hz: float, voltage, orders, output_orde
     return SteadyState(
         frequency_hz=float(frequency_hz),
         orders=out,
-        channels={c: ch[j] for j, c in enumerate(CHANNELS)},
+        channels={c: ch[j] for j, c in enumerate(m.layout.channel_names)},
         displacement=disp,
         force=force,
         amplifier_input=U,
@@ -132,16 +135,16 @@ def emulated_interface_response(model: Model, ns: Substructure, force_vector, fr
 
 
 def frequency_response(model: Model, frequency_hz, reduced: bool = False) -> np.ndarray:
-    """Continuous-time transfer (4 channels [physical units], 2 actuators [per V of
-    amplifier input]) at ``frequency_hz`` (scalar), filters included, without hold and
-    delay: full model, or the simulated modal model when ``reduced``."""
+    """Continuous-time transfer (channels in layout order [physical units], 2 actuators [per V
+    of amplifier input]) at ``frequency_hz`` (scalar), filters included, without hold, delay
+    and skew: full model, or the simulated modal model when ``reduced``."""
     m = model
     s = 2j * np.pi * float(frequency_hz)
     if not reduced:
-        G = m.C_raw[:4, : m.nm] @ mechanical_response(m, s, np.eye(2))
+        G = m.C_raw[: m.scale.size, : m.nm] @ mechanical_response(m, s, np.eye(2))
         return G * np.array([filter_response(f, s) for f in m.channel_filters])[:, None]
     # the diagonal model: sum over all modal states (representatives expanded)
-    G = np.zeros((4, 2), complex)
+    G = np.zeros((m.scale.size, 2), complex)
     for i, lam in enumerate(m.lam):
         term = np.outer(m.Cy[:, i] / m.fac[i], m.Bz[i, :2]) / (s - lam)
         G += term if m.fac[i] == 1.0 else term + np.conj(np.outer(m.Cy[:, i] / m.fac[i], m.Bz[i, :2])) / (s - np.conj(lam))

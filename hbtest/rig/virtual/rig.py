@@ -24,7 +24,7 @@ from . import reference
 from .engine import MAX_CHUNK, Engine
 from .model import amplifier_input, build_model, input_harmonics
 from .reference import SteadyState
-from .spec import CHANNELS, VirtualSpec
+from .spec import VirtualSpec
 
 __all__ = ["Demand", "VirtualRig", "open_virtual"]
 
@@ -206,7 +206,7 @@ class VirtualRig:
 
     def _constant(self, n: int, record: bool):
         """Simulate ``n`` samples of the current (constant) demand; returns (t, volts) with
-        ``volts`` (4, n) the raw channel volts when ``record``, else None."""
+        ``volts`` (n_ch, n) the raw channel volts (layout order) when ``record``, else None."""
         f = self._freq
         t0 = self._phase / (2 * np.pi * f)
         y = self._engine.record(n) if record else self._engine.advance(n, None)
@@ -229,7 +229,7 @@ class VirtualRig:
         f = self._freq
         n = int(round(n_periods * self.fs / f))
         t, volts = self._constant(n, record=True)
-        data = {c: volts[i] for i, c in enumerate(CHANNELS)}
+        data = {c: volts[i] for i, c in enumerate(self.sensors.channel_names)}
         return Acquisition(t=t, data=data, frequency_hz=f, sample_rate_hz=self.fs, n_periods=n_periods, elapsed_s=self.elapsed_s)
 
     def safe_state(self, ramp_periods: float = 2.0) -> None:
@@ -299,7 +299,7 @@ class VirtualRig:
         return reference.emulated_interface_response(self._m, ns, force_vector, frequency_hz, orders)
 
     def frequency_response(self, frequency_hz, reduced: bool = False) -> np.ndarray:
-        """Transfer (4 channels [physical units], 2 actuators [per V]) at ``frequency_hz``:
+        """Transfer (channels in layout order [physical units], 2 actuators [per V]) at ``frequency_hz``:
         :func:`hbtest.rig.virtual.reference.frequency_response`."""
         return reference.frequency_response(self._m, frequency_hz, reduced)
 

@@ -31,7 +31,11 @@ __all__ = [
     "parse_virtual_kind",
 ]
 
-CHANNELS = ("l1", "l2", "g1", "g2")  # the twin's acquisition channels, in output order
+#: the channels of the published layout (legacy rig files); the twin's acquisition channels
+#: are those of its rig file's [sensors], in the layout's order (``SensorLayout.channel_names``)
+CHANNELS = ("l1", "l2", "g1", "g2")
+#: the twin drives exactly this many shakers (translation at the pin, rotation by the lever)
+TWIN_ACTUATORS = 2
 
 
 @dataclass(frozen=True)
@@ -186,7 +190,7 @@ def parse_virtual(sec: Section, physical: BeamSpec, sensors, common) -> VirtualS
         raise sec.error("mesh_root_element_mm", f"{root_el * 1e3:g} mm is too coarse for a {physical.length * 1e3:g} mm beam")
     if root_len > physical.length:
         raise sec.error("mesh_root_length_mm", f"{root_len * 1e3:g} mm exceeds the beam length {physical.length * 1e3:g} mm")
-    d1, d2 = sensors.gauge_positions
+    d2 = max(sensors.gauge_positions)
     if d2 >= physical.length:
         raise ConfigError(sec.source, "sensors.gauge_positions_mm", f"gauge at {d2 * 1e3:g} mm lies beyond the {physical.length * 1e3:g} mm beam")
     n_el = int(math.ceil(min(physical.length, max(root_len, d2 + 0.01)) / root_el)) + physical.elements
@@ -204,6 +208,9 @@ def parse_virtual(sec: Section, physical: BeamSpec, sensors, common) -> VirtualS
     )
     cl.finish()
 
+    if len(actuators) != TWIN_ACTUATORS:
+        raise ConfigError(sec.source, "rig.actuators", f"the virtual twin drives exactly {TWIN_ACTUATORS} shakers (translation, rotation), one per"
+                          f" [[virtual.shakers]] table; [rig].actuators names {len(actuators)}")
     shaker_secs = sec.subs("shakers")
     if len(shaker_secs) != len(actuators):
         raise sec.error("shakers", f"needs one [[virtual.shakers]] table per actuator ({len(actuators)}: {', '.join(actuators)}), got {len(shaker_secs)}")
@@ -224,6 +231,11 @@ def parse_virtual(sec: Section, physical: BeamSpec, sensors, common) -> VirtualS
         pin_velocity=fr.number("pin_velocity_rad_per_s", 0.05, positive=True),
     )
     fr.finish()
+    skewed = [c.name for c in sensors.channels if c.skew != 0.0]
+    if any(c.skew < 0 for c in sensors.channels):
+        raise ConfigError(sec.source, "sensors.channels", "the virtual twin simulates only non-negative skew_us (a channel sampled late)")
+    if skewed and friction.active:
+        raise fr.error("slider_coulomb_n", f"the twin does not simulate friction together with channel skew ({', '.join(skewed)}): set one of them to 0")
     # explicit friction: the regularised slope must be small against mass / dt
     dt = 1.0 / fs
     m_u = clamp.mass + sum(s.moving_mass for s in shakers)
