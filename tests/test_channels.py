@@ -465,3 +465,21 @@ def test_scpi_digitiser_maps_the_declared_channel_names():
     cfg = load_rig(lab_path, text=text)
     assert {c.sensor: c.channel for c in cfg.spec.digitiser.channels} == {"slider": 1, "clamp": 2, "near": 3, "far": 4}
     assert cfg.sensors.channel_names == ("slider", "clamp", "near", "far")
+
+
+def test_the_store_records_the_sensor_layout_the_reduction_used(tmp_path):
+    """Provenance: the calibration constants of a run (scales, positions, filters, skews) are in
+    its store, and rebuild the very layout the rig file gave."""
+    import xarray as xr
+
+    from hbtest.config import load_rig, load_sweep
+    from hbtest.sensors import SensorLayout
+    from hbtest.sweep import run
+
+    root = Path(__file__).resolve().parents[1]
+    over = ["sweep.start_hz=16.0", "sweep.stop_hz=16.2", "sweep.points=2"]
+    cfg = load_sweep(root / "sweeps" / "paper-cantilever.toml", over)
+    run(cfg, tmp_path / "s.zarr", plot=False, overrides=over)
+    attrs = xr.open_zarr(tmp_path / "s.zarr", consolidated=False).attrs
+    stored = SensorLayout.from_dict(attrs["sensor_layout"])
+    assert stored == load_rig(cfg.rig_path).sensors
