@@ -162,3 +162,34 @@ def test_an_instrument_error_marks_the_store_interrupted_with_the_reason(tmp_pat
     assert attrs["status"] == "interrupted"
     assert attrs["stop_cause"] == "rig"
     assert "TCPIP0::127.0.0.1" in str(attrs.get("stop_message", ""))
+
+
+@pytest.mark.parametrize("on_trip, exit_code, status", [("stop", 3, "interrupted"), ("continue", 1, "completed")])
+def test_a_trip_on_the_box_ends_the_point_and_is_in_the_store(tmp_path, capsys, on_trip, exit_code, status):
+    """A strain window far below the response trips the box at the first point: outputs are
+    zeroed by the box, the point is recorded with stop_reason 'trip', and the sweep stops
+    (exit 3, store interrupted and resumable) or clears the trip and goes on (exit 1), as
+    sweep.on_trip says."""
+    server, port = _serve()
+    try:
+        text = _rig_copy(tmp_path, port).read_text().replace("g1_microstrain = 190.0", "g1_microstrain = 2.0")
+        rig = tmp_path / "tripping.toml"
+        rig.write_text(text)
+        store = tmp_path / "t.zarr"
+        args = ["sweep", str(PAPER), "--set", f"rig='{rig}'", "--set", "sweep.start_hz=18.0", "--set", "sweep.stop_hz=18.4",
+                "--set", "sweep.points=2", "--set", f"sweep.on_trip={on_trip}", "--store", str(store), "--no-plot"]
+        rc = main(args)
+        out = capsys.readouterr().out
+    finally:
+        _stop(server)
+    assert rc == exit_code, out
+    ds = xr.open_zarr(store, consolidated=False).load()
+    assert ds.attrs["status"] == status
+    done = ds.done.values
+    assert done[0] and ds.stop_reason.values[0] == "trip" and not ds.converged.values[0]
+    assert "trip" in str(ds.message.values[0])
+    if on_trip == "stop":
+        assert not done[1] and ds.attrs["stop_cause"] == "rig" and "on_trip" in ds.attrs["stop_message"]
+    else:
+        assert done.all() and list(ds.stop_reason.values) == ["trip", "trip"]
+    assert "trip" in out.splitlines()[-1]
