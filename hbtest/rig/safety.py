@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import LimitExceeded
 
 __all__ = [
+    "normalise_demand",
     "RAMP_DOWN_PERIODS",
     "LIMIT_TOLERANCE",
     "ADC_FULL_SCALE_FRACTION",
@@ -80,6 +81,32 @@ class Limits:
         for name, (lo, hi) in self.channels.items():
             if not lo < hi:
                 raise ValueError(f"channel {name}: empty window ({lo!r}, {hi!r})")
+
+
+def normalise_demand(frequency_hz, voltage, orders, n_actuators: int, ramp_periods: float = 0.0):
+    """The one check of a demand's form every rig does before anything else: returns
+    ``(f, V, orders)`` with V complex (n_actuators, n_orders) and its DC entries real.
+    ValueError (a programming error, not a user's) for a wrong shape, orders that are not
+    distinct non-negative integers, a frequency that is not positive and finite, a negative
+    ramp or non-finite voltages."""
+    orders = np.atleast_1d(np.asarray(orders, dtype=int))
+    V = np.asarray(voltage, dtype=complex)
+    if V.ndim == 1:
+        V = V[:, None]
+    if V.shape != (n_actuators, orders.size):
+        raise ValueError(f"voltage must have shape ({n_actuators}, {orders.size}) (actuators x orders), got {V.shape}")
+    if orders.size == 0 or np.any(orders < 0) or len(set(orders.tolist())) != orders.size:
+        raise ValueError(f"harmonic orders must be distinct non-negative integers, got {orders.tolist()}")
+    f = float(frequency_hz)
+    if not (f > 0 and np.isfinite(f)):
+        raise ValueError(f"frequency must be positive, got {frequency_hz!r}")
+    if not ramp_periods >= 0:
+        raise ValueError("ramp_periods must be non-negative")
+    if not np.all(np.isfinite(V)):
+        raise ValueError("voltage must be finite")
+    V = V.copy()
+    V[:, orders == 0] = np.real(V[:, orders == 0])
+    return f, V, orders
 
 
 def peak_bound(voltage, orders=None) -> np.ndarray:

@@ -401,22 +401,7 @@ class BoxRig:
     def set_demand(self, frequency_hz: float, voltage, orders, ramp_periods: float = 2.0) -> None:
         """Check the demand against the limits (nothing is sent when it fails), arm when it is
         non-zero, stage it and apply it atomically over ``ramp_periods`` under a new epoch."""
-        orders = np.atleast_1d(np.asarray(orders, dtype=int))
-        V = np.asarray(voltage, dtype=complex)
-        if V.ndim == 1:
-            V = V[:, None]
-        n_act = len(self.actuators)
-        if V.shape != (n_act, orders.size):
-            raise ValueError(f"voltage must have shape ({n_act}, {orders.size}) (actuators x orders), got {V.shape}")
-        if orders.size == 0 or np.any(orders < 0) or len(set(orders.tolist())) != orders.size:
-            raise ValueError(f"harmonic orders must be distinct non-negative integers, got {orders.tolist()}")
-        f = float(frequency_hz)
-        if not (f > 0 and np.isfinite(f)):
-            raise ValueError(f"frequency must be positive, got {frequency_hz!r}")
-        if not ramp_periods >= 0:
-            raise ValueError("ramp_periods must be non-negative")
-        V = V.copy()
-        V[:, orders == 0] = np.real(V[:, orders == 0])
+        f, V, orders = safety.normalise_demand(frequency_hz, voltage, orders, len(self.actuators), ramp_periods)
         safety.check_demand(V, orders, self.limits, self.name, self.actuators)
         nonzero = bool(np.any(V != 0))
 

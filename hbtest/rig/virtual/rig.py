@@ -10,7 +10,6 @@ per actuator with ``t`` the demand time; acquisitions report sample times in it.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +19,7 @@ from ...sensors import SensorLayout
 from ...structures import Beam
 from ...substructure import Substructure
 from .. import Acquisition, RigDescription, check_voltage
+from ..safety import normalise_demand
 from . import reference
 from .engine import MAX_CHUNK, Engine
 from .model import amplifier_input, build_model, input_harmonics
@@ -132,25 +132,9 @@ class VirtualRig:
         """Ramp (raised cosine over ``ramp_periods`` periods of the new frequency; frequency and
         coefficients together, generator phase continuous) to the new demand. Rig time passes."""
         self._check_open()
-        orders = np.atleast_1d(np.asarray(orders, dtype=int))
-        V = np.asarray(voltage, dtype=complex)
-        if V.ndim == 1:
-            V = V[:, None]
-        if V.shape != (2, orders.size):
-            raise ValueError(f"voltage must have shape (2, {orders.size}) (actuators x orders), got {V.shape}")
-        if orders.size == 0 or np.any(orders < 0) or len(set(orders.tolist())) != orders.size:
-            raise ValueError(f"harmonic orders must be distinct non-negative integers, got {orders.tolist()}")
-        f = float(frequency_hz)
-        if not (f > 0 and math.isfinite(f)):
-            raise ValueError(f"frequency must be positive, got {frequency_hz!r}")
+        f, V, orders = normalise_demand(frequency_hz, voltage, orders, 2, ramp_periods)
         if orders.max() * f >= self.fs / 2:
             raise ValueError(f"harmonic {orders.max()} of {f:g} Hz lies above the Nyquist frequency {self.fs / 2:g} Hz")
-        if not ramp_periods >= 0:
-            raise ValueError("ramp_periods must be non-negative")
-        if not np.all(np.isfinite(V)):
-            raise ValueError("voltage must be finite")
-        V = V.copy()
-        V[:, orders == 0] = np.real(V[:, orders == 0])
         check_voltage(V, orders, self.config.voltage_limit_v, self.name)
         f_old = self._freq if self._freq is not None else f
         allo = np.union1d(self._orders, orders)
