@@ -188,9 +188,11 @@ class ResonanceEstimate:
         return asdict(self)
 
 
-def _sk_fit(s: np.ndarray, H: np.ndarray, iterations: int = 20):
-    """Sanathanan–Koerner fit of (b0 + b1 s + b2 s^2)/(a0 + a1 s + s^2); returns (a, b)."""
-    w = np.ones(s.size)
+def _sk_fit(s: np.ndarray, H: np.ndarray, iterations: int = 20, weights=None):
+    """Sanathanan–Koerner fit of (b0 + b1 s + b2 s^2)/(a0 + a1 s + s^2); returns (a, b).
+    ``weights``: per-sample weights of the complex misfit (e.g. 1 / standard uncertainty)."""
+    extra = np.ones(s.size) if weights is None else np.asarray(weights, dtype=float)
+    w = extra.copy()
     a = b = None
     for _ in range(iterations):
         A = np.stack([np.ones_like(s), s, s * s, -H, -H * s], axis=1) * w[:, None]
@@ -208,8 +210,40 @@ def _sk_fit(s: np.ndarray, H: np.ndarray, iterations: int = 20):
             break
         a, b = a_new, b_new
         den = a[0] + a[1] * s + s * s
-        w = 1.0 / np.maximum(np.abs(den), 1e-300)
+        w = extra / np.maximum(np.abs(den), 1e-300)
     return a, b
+
+
+def _peak_band(mag: np.ndarray, p: int, threshold: float, min_points: int, lo_limit: int = 0, hi_limit: int | None = None) -> tuple[int, int]:
+    """The contiguous run of samples (sorted by frequency) around the peak ``p`` with
+    ``mag >= threshold * mag[p]``, widened to ``min_points``, inside [lo_limit, hi_limit]."""
+    hi_limit = mag.size - 1 if hi_limit is None else hi_limit
+    lo = hi = p
+    while lo > lo_limit and mag[lo - 1] >= threshold * mag[p]:
+        lo -= 1
+    while hi < hi_limit and mag[hi + 1] >= threshold * mag[p]:
+        hi += 1
+    while hi - lo + 1 < min(min_points, hi_limit - lo_limit + 1):
+        left = mag[lo - 1] if lo > lo_limit else -np.inf
+        right = mag[hi + 1] if hi < hi_limit else -np.inf
+        if left >= right:
+            lo -= 1
+        else:
+            hi += 1
+    return lo, hi
+
+
+def _pole_fit(fs: np.ndarray, Hs: np.ndarray, f0: float, weights=None):
+    """SK fit of one pole pair plus remainder on the samples; returns (pole lambda [rad/s],
+    a, b) of the model in the normalised variable ``s = i f / f0``."""
+    if np.unique(fs).size < 3:
+        raise ValueError("a resonance fit needs at least 3 distinct frequencies near the peak")
+    a, b = _sk_fit(1j * fs / f0, Hs, weights=weights)
+    roots = np.roots([1.0, a[1], a[0]])
+    cand = roots[np.imag(roots) > 0]
+    if cand.size == 0:
+        raise ValueError("the fitted model has no oscillatory pole pair: no resonance in these points")
+    return complex(cand[0] * 2 * np.pi * f0), a, b
 
 
 def fit_resonance(frequency_hz, H, *, threshold: float = 0.25, min_points: int = 5) -> ResonanceEstimate:
@@ -228,29 +262,11 @@ def fit_resonance(frequency_hz, H, *, threshold: float = 0.25, min_points: int =
     f, H = f[order], H[order]
     mag = np.abs(H)
     p = int(np.argmax(mag))
-    lo = hi = p
-    while lo > 0 and mag[lo - 1] >= threshold * mag[p]:
-        lo -= 1
-    while hi < f.size - 1 and mag[hi + 1] >= threshold * mag[p]:
-        hi += 1
-    while hi - lo + 1 < min(min_points, f.size):
-        left = mag[lo - 1] if lo > 0 else -np.inf
-        right = mag[hi + 1] if hi < f.size - 1 else -np.inf
-        if left >= right:
-            lo -= 1
-        else:
-            hi += 1
+    lo, hi = _peak_band(mag, p, threshold, min_points)
     fs, Hs = f[lo : hi + 1], H[lo : hi + 1]
-    if np.unique(fs).size < 3:
-        raise ValueError("a resonance fit needs at least 3 distinct frequencies near the peak")
     f0 = f[p]
+    lam, a, b = _pole_fit(fs, Hs, f0)
     s = 1j * fs / f0
-    a, b = _sk_fit(s, Hs)
-    roots = np.roots([1.0, a[1], a[0]])
-    cand = roots[np.imag(roots) > 0]
-    if cand.size == 0:
-        raise ValueError("the fitted model has no oscillatory pole pair: no resonance in these points")
-    lam = cand[0] * 2 * np.pi * f0
     model = (b[0] + b[1] * s + b[2] * s * s) / (a[0] + a[1] * s + s * s)
     misfit = float(np.linalg.norm(model - Hs) / np.linalg.norm(Hs))
     return ResonanceEstimate(
