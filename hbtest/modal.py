@@ -10,11 +10,11 @@ reported as its magnitude and phase (0 deg: a real, positive modal constant).
 
 Method
 ------
-Peaks: local maxima of ``|H|`` over the converged points (sorted by frequency) at least
-``PEAK_FRACTION`` of the largest, two peaks being distinct modes only when ``|H|`` dips
-between them by at least ``MIN_DIP`` of the smaller one. Each mode is fitted on the
+Peaks: local maxima of ``|H|`` over the converged points (sorted by frequency) from which
+``|H|`` falls by at least ``MIN_DIP`` (a share of the peak) on both sides before rising
+higher (the prominence of ``log |H|``; the ends of the band count as deep valleys). Each mode is fitted on the
 contiguous points around its peak with ``|H| >= threshold * peak`` (as
-:func:`hbtest.frf.fit_resonance`, bounded by the valleys to the neighbouring peaks) with
+:func:`hbtest.frf.fit_resonance`, strictly between the valleys to the neighbouring peaks) with
 the same Sanathanan–Koerner rational fit (one pole pair plus a remainder), weighted by the
 inverse standard uncertainty ``1/u_H`` of every point (:func:`hbtest.frf.frf_uncertainty`).
 With the normalised variable ``s_n = i f / f0`` the fitted model is
@@ -53,7 +53,6 @@ __all__ = [
     "CONFIDENCE",
     "BOOTSTRAP_SAMPLES",
     "BOOTSTRAP_SEED",
-    "PEAK_FRACTION",
     "MIN_DIP",
     "BAND_THRESHOLD",
 ]
@@ -64,9 +63,7 @@ CONFIDENCE = 0.95
 BOOTSTRAP_SAMPLES = 400
 #: seed of the bootstrap's random generator
 BOOTSTRAP_SEED = 0
-#: a local maximum of |H| is a mode when at least this share of the largest
-PEAK_FRACTION = 0.25
-#: two peaks are distinct modes when |H| between them falls by this share of the smaller one
+#: a local maximum of |H| is a mode when |H| falls by this share of it on both sides
 MIN_DIP = 0.3
 #: fitted band: the points around a peak with |H| >= BAND_THRESHOLD * peak
 BAND_THRESHOLD = 0.25
@@ -114,24 +111,16 @@ def _z(confidence: float) -> float:
 
 
 def _peaks(mag: np.ndarray) -> list[int]:
-    """Indices of the modes' peaks in ``mag`` (sorted by frequency)."""
-    n = mag.size
-    top = float(np.max(mag))
-    cand = [
-        i for i in range(n)
-        if mag[i] >= PEAK_FRACTION * top and (i == 0 or mag[i] > mag[i - 1]) and (i == n - 1 or mag[i] >= mag[i + 1])
-    ]
-    peaks: list[int] = []
-    for i in cand:
-        if peaks:
-            j = peaks[-1]
-            valley = float(np.min(mag[j : i + 1]))
-            if valley > (1 - MIN_DIP) * min(mag[i], mag[j]):
-                if mag[i] > mag[j]:
-                    peaks[-1] = i
-                continue
-        peaks.append(i)
-    return peaks
+    """Indices of the modes' peaks in ``mag`` (sorted by frequency): local maxima standing
+    out of both their valleys by at least ``MIN_DIP`` (topographic prominence of ``log |H|``);
+    the band ends count as valleys as deep as the lowest sample, so a peak on the first or
+    last point is kept (and flagged ``at_edge``)."""
+    from scipy.signal import find_peaks
+
+    x = np.log(np.maximum(mag, np.finfo(float).tiny))
+    padded = np.concatenate([[x.min()], x, [x.min()]])
+    idx, _ = find_peaks(padded, prominence=-np.log1p(-MIN_DIP))
+    return [int(i) - 1 for i in idx]
 
 
 def _params(lam: complex, a, b, f0: float) -> tuple[float, float, complex]:
@@ -180,8 +169,10 @@ def fit_modes(ds, dof: str = "u", harmonic: int = 1, *, samples: int = BOOTSTRAP
     from .frf import _peak_band
 
     for m, p in enumerate(peaks):
-        lo_lim = 0 if m == 0 else peaks[m - 1] + int(np.argmin(mag[peaks[m - 1] : p + 1]))
-        hi_lim = f.size - 1 if m == len(peaks) - 1 else p + int(np.argmin(mag[p : peaks[m + 1] + 1]))
+        # the valleys to the neighbouring peaks bound the band (exclusive: the valley sample
+        # belongs to neither mode)
+        lo_lim = 0 if m == 0 else peaks[m - 1] + int(np.argmin(mag[peaks[m - 1] : p + 1])) + 1
+        hi_lim = f.size - 1 if m == len(peaks) - 1 else p + int(np.argmin(mag[p : peaks[m + 1] + 1])) - 1
         lo, hi = _peak_band(mag, p, threshold, MIN_POINTS, lo_lim, hi_lim)
         fs, Hs, us = f[lo : hi + 1], H[lo : hi + 1], uH[lo : hi + 1]
         f0 = float(f[p])

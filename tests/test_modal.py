@@ -256,3 +256,18 @@ def test_paper_sweep_over_seeds(tmp_path):
         misses += not (mode.damping_ratio_ci[0] <= exact["damping_ratio"] <= mode.damping_ratio_ci[1])
     # 95 % intervals: 10 statements, at most 2 misses (P(>2 misses) = 1 %)
     assert misses <= 2
+
+
+def test_two_swept_modes_are_fitted_separately(tmp_path):
+    """A sweep over modes 1 and 2 of the emulated structure (forward-simulated, small noise):
+    two modes, each at its exact pole, in frequency order."""
+    freqs = np.concatenate([np.linspace(2.75, 3.15, 11), np.linspace(18.2, 18.9, 11)])
+    ds = _forward_store(tmp_path / "two.zarr", freqs, 1, sigma_u=[1e-8, 1e-7], sigma_f=[1e-6, 1e-7], offset=0.0)
+    modes = fit_modes(ds, samples=50)
+    assert len(modes) == 2
+    for m, near in zip(modes, (2.96, 18.53)):
+        exact = model_mode(ds, near)
+        assert m.frequency_hz == pytest.approx(exact["frequency_hz"], rel=1e-4)
+        assert m.damping_ratio == pytest.approx(exact["damping_ratio"], rel=0.01)
+        assert m.n_points <= 11
+    assert modes[0].band_hz[1] < 4.0 < modes[1].band_hz[0]
