@@ -63,6 +63,9 @@ CONFIDENCE = 0.95
 BOOTSTRAP_SAMPLES = 400
 #: seed of the bootstrap's random generator
 BOOTSTRAP_SEED = 0
+#: an interval needs at least this many successful refits, and this share of them
+MIN_BOOTSTRAP_REFITS = 10
+MIN_BOOTSTRAP_SUCCESS = 0.5
 #: a local maximum of |H| is a mode when |H| falls by this share of it on both sides
 MIN_DIP = 0.3
 #: fitted band: the points around a peak with |H| >= BAND_THRESHOLD * peak
@@ -189,7 +192,7 @@ def fit_modes(ds, dof: str = "u", harmonic: int = 1, *, samples: int = BOOTSTRAP
             except ValueError:
                 continue
             boot.append((bf, bz, abs(bA)))
-        if len(boot) < max(10, samples // 2):
+        if len(boot) < max(MIN_BOOTSTRAP_REFITS, MIN_BOOTSTRAP_SUCCESS * samples):
             raise ValueError(f"the bootstrap refits of the mode at {f0:.4g} Hz failed too often ({len(boot)}/{samples})")
         sd = np.std(np.array(boot), axis=0, ddof=1)
 

@@ -271,3 +271,9 @@ def test_two_swept_modes_are_fitted_separately(tmp_path):
         assert m.damping_ratio == pytest.approx(exact["damping_ratio"], rel=0.01)
         assert m.n_points <= 11
     assert modes[0].band_hz[1] < 4.0 < modes[1].band_hz[0]
+
+
+def test_modal_command_unsolved_harmonic_is_one_line(twin15, capsys):
+    assert main(["modal", str(twin15), "--harmonic", "3", "--no-write"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("hbtest: error:") and "harmonic 3" in err and "\n" not in err
