@@ -113,7 +113,7 @@ def bode_figure(ds, harmonic: int = 1):
                     up = BAND_FACTOR * np.degrees(u_ph[sel, j][c])
                     with np.errstate(divide="ignore", invalid="ignore"):
                         widest = np.nanmax(BAND_FACTOR * u_mag[conv] / np.abs(Hm[conv]))
-                    band = f"±{BAND_FACTOR:g}σ band (noise + final residual; up to ±{100 * widest:.2g} % of |H|)"
+                    band = f"±{BAND_FACTOR:g}σ band (noise + final residual; up to ±{100 * widest:.3g} % of |H|)"
                     am.fill_between(fb, np.clip(mag - um, mag * 1e-3, None), mag + um, color=line.get_color(), alpha=0.25, lw=0,
                                     label=band if first_band else None)
                     ap.fill_between(fb, ph[c] - up, ph[c] + up, color=line.get_color(), alpha=0.25, lw=0)
