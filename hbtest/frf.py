@@ -10,6 +10,9 @@
 - :func:`sync_table` — synchronisation of the PS interface signals against their NS demand
   at a converged point (SPEC §4): delay ``-arg(U_P/U_N) / (2 pi k f)`` and relative
   amplification ``|U_P|/|U_N| - 1``.
+- :func:`frf_uncertainty` / :func:`uncertainty_coverage` — first-order standard uncertainty of
+  every measured FRF point from the measured noise and the final residual (method below), and
+  how often it covers the true error (virtual rigs, which store the exact reference).
 - :func:`harmonic_energy` — share of the interface-displacement power in solved harmonics
   other than the fundamental, and (when the rig measured it) in harmonics not solved for.
 
@@ -35,6 +38,41 @@ Because it uses the whole peak it is far finer than the grid spacing: on the ref
 cantilever (31 points over 16–19 Hz, 0.1 Hz steps, 0.8 % damping) it recovers the exact
 pole to better than 1e-4. ``at_edge`` flags a peak on the first or last grid point (then
 the estimate is an extrapolation).
+
+FRF uncertainty
+---------------
+At a finished point and harmonic k the rig measured the PS interface displacement and force
+with zero-mean noise, ``U_P = U + e_U`` and ``F_P = D_P U + e_F`` (``U`` the true interface
+displacement the rig held at the final voltage, ``D_P`` the physical substructure), and the
+numerical side computed ``U_N = D_N^-1 (F_e - F_P)``; the point stopped on the computed
+residual ``R = U_P - U_N``. Eliminating ``U`` from ``D_N (U_P - R) = F_e - F_P``:
+
+    (D_N + D_P) U = F_e - e_F - D_N e_U + D_N R,
+
+so with ``G = (D_N + D_P)^-1`` and the exact hybrid solution ``U* = G F_e``
+
+    U_P - U* = (I - G D_N) e_U - G e_F + G D_N R          (exact, linear in the noise).
+
+The last term is the interface error the residual still implies (README, "Two solver
+profiles"); it is computed from the stored R and reported as ``residual_error``. The FRF
+``H = U_P / F_k`` therefore has the first-order error ``dH = (U_P - U*) / F_k`` with
+
+    E|dH_j|^2 = ( sum_l |A_jl|^2 var U_l + |G_jl|^2 var F_l ) / |F_k|^2 + |b_j|^2,
+    A = I - G D_N = G D_P,   b = G D_N R / F_k,
+
+taking the stored variances of the means (``interface_displacement_variance``,
+``interface_force_variance``: ``E|X - EX|^2 / n``, circular complex noise) as independent
+per DOF (their u/theta and T/M cross-covariances are not stored), and counting the
+uncorrected residual term ``b`` as a systematic component in quadrature (GUM). ``u_H`` is
+that root-mean-square complex error; the magnitude and phase take the in-phase and
+quadrature parts: ``u_|H|^2 = u_noise^2/2 + Re(conj(h) b)^2``, ``u_phase^2 = (u_noise^2/2 +
+Im(conj(h) b)^2) / |H|^2`` with ``h = H/|H|``. ``D_N`` is exact (rebuilt from the store's
+verbatim sweep text); ``D_P`` only enters the sensitivities ``A`` and ``G`` and is the
+nominal PS model (the sweep's ``[design.physical]`` or the rig file's ``[physical]`` beam).
+Without one, ``G`` is estimated from the data as the rank-one modal receptance
+``U_P U_P^T / (F_e^T U_P)`` (exact for an isolated mode; ``model`` attribute ``"rank-1"``).
+Not included: calibration (sensor scale/gain/lag) errors and systematic errors of the force
+reconstruction; :func:`uncertainty_coverage` measures how well the statement holds on a twin.
 """
 
 from __future__ import annotations
@@ -56,6 +94,8 @@ __all__ = [
     "sync_table",
     "format_sync_table",
     "harmonic_energy",
+    "frf_uncertainty",
+    "uncertainty_coverage",
 ]
 
 _SOURCES = {
@@ -148,9 +188,11 @@ class ResonanceEstimate:
         return asdict(self)
 
 
-def _sk_fit(s: np.ndarray, H: np.ndarray, iterations: int = 20):
-    """Sanathanan–Koerner fit of (b0 + b1 s + b2 s^2)/(a0 + a1 s + s^2); returns (a, b)."""
-    w = np.ones(s.size)
+def _sk_fit(s: np.ndarray, H: np.ndarray, iterations: int = 20, weights=None):
+    """Sanathanan–Koerner fit of (b0 + b1 s + b2 s^2)/(a0 + a1 s + s^2); returns (a, b).
+    ``weights``: per-sample weights of the complex misfit (e.g. 1 / standard uncertainty)."""
+    extra = np.ones(s.size) if weights is None else np.asarray(weights, dtype=float)
+    w = extra.copy()
     a = b = None
     for _ in range(iterations):
         A = np.stack([np.ones_like(s), s, s * s, -H, -H * s], axis=1) * w[:, None]
@@ -168,8 +210,40 @@ def _sk_fit(s: np.ndarray, H: np.ndarray, iterations: int = 20):
             break
         a, b = a_new, b_new
         den = a[0] + a[1] * s + s * s
-        w = 1.0 / np.maximum(np.abs(den), 1e-300)
+        w = extra / np.maximum(np.abs(den), 1e-300)
     return a, b
+
+
+def _peak_band(mag: np.ndarray, p: int, threshold: float, min_points: int, lo_limit: int = 0, hi_limit: int | None = None) -> tuple[int, int]:
+    """The contiguous run of samples (sorted by frequency) around the peak ``p`` with
+    ``mag >= threshold * mag[p]``, widened to ``min_points``, inside [lo_limit, hi_limit]."""
+    hi_limit = mag.size - 1 if hi_limit is None else hi_limit
+    lo = hi = p
+    while lo > lo_limit and mag[lo - 1] >= threshold * mag[p]:
+        lo -= 1
+    while hi < hi_limit and mag[hi + 1] >= threshold * mag[p]:
+        hi += 1
+    while hi - lo + 1 < min(min_points, hi_limit - lo_limit + 1):
+        left = mag[lo - 1] if lo > lo_limit else -np.inf
+        right = mag[hi + 1] if hi < hi_limit else -np.inf
+        if left >= right:
+            lo -= 1
+        else:
+            hi += 1
+    return lo, hi
+
+
+def _pole_fit(fs: np.ndarray, Hs: np.ndarray, f0: float, weights=None):
+    """SK fit of one pole pair plus remainder on the samples; returns (pole lambda [rad/s],
+    a, b) of the model in the normalised variable ``s = i f / f0``."""
+    if np.unique(fs).size < 3:
+        raise ValueError("a resonance fit needs at least 3 distinct frequencies near the peak")
+    a, b = _sk_fit(1j * fs / f0, Hs, weights=weights)
+    roots = np.roots([1.0, a[1], a[0]])
+    cand = roots[np.imag(roots) > 0]
+    if cand.size == 0:
+        raise ValueError("the fitted model has no oscillatory pole pair: no resonance in these points")
+    return complex(cand[0] * 2 * np.pi * f0), a, b
 
 
 def fit_resonance(frequency_hz, H, *, threshold: float = 0.25, min_points: int = 5) -> ResonanceEstimate:
@@ -188,29 +262,11 @@ def fit_resonance(frequency_hz, H, *, threshold: float = 0.25, min_points: int =
     f, H = f[order], H[order]
     mag = np.abs(H)
     p = int(np.argmax(mag))
-    lo = hi = p
-    while lo > 0 and mag[lo - 1] >= threshold * mag[p]:
-        lo -= 1
-    while hi < f.size - 1 and mag[hi + 1] >= threshold * mag[p]:
-        hi += 1
-    while hi - lo + 1 < min(min_points, f.size):
-        left = mag[lo - 1] if lo > 0 else -np.inf
-        right = mag[hi + 1] if hi < f.size - 1 else -np.inf
-        if left >= right:
-            lo -= 1
-        else:
-            hi += 1
+    lo, hi = _peak_band(mag, p, threshold, min_points)
     fs, Hs = f[lo : hi + 1], H[lo : hi + 1]
-    if np.unique(fs).size < 3:
-        raise ValueError("a resonance fit needs at least 3 distinct frequencies near the peak")
     f0 = f[p]
+    lam, a, b = _pole_fit(fs, Hs, f0)
     s = 1j * fs / f0
-    a, b = _sk_fit(s, Hs)
-    roots = np.roots([1.0, a[1], a[0]])
-    cand = roots[np.imag(roots) > 0]
-    if cand.size == 0:
-        raise ValueError("the fitted model has no oscillatory pole pair: no resonance in these points")
-    lam = cand[0] * 2 * np.pi * f0
     model = (b[0] + b[1] * s + b[2] * s * s) / (a[0] + a[1] * s + s * s)
     misfit = float(np.linalg.norm(model - Hs) / np.linalg.norm(Hs))
     return ResonanceEstimate(
@@ -347,3 +403,132 @@ def harmonic_energy(ds, source: str = "measured"):
     if "excluded_energy_fraction" in ds:
         out["excluded"] = ds["excluded_energy_fraction"].where(_done(ds))
     return out
+
+
+# ---------------------------------------------------------------------------------------
+# uncertainty
+
+
+def _hybrid_models(ds):
+    """(numerical substructure, PS substructure or None, PS model description, external force
+    vector) rebuilt from the store's verbatim sweep and rig texts."""
+    from .config import load_rig, load_sweep
+    from .errors import UserError
+    from .substructure import Substructure
+
+    a = dict(ds.attrs)
+    if not a.get("sweep_text") or not a.get("sweep_path"):
+        raise UserError("the store has no verbatim sweep text (sweep_text): not written by 'hbtest sweep', no uncertainty can be computed")
+    cfg = load_sweep(a["sweep_path"], a.get("overrides") or (), text=a["sweep_text"])
+    ns = cfg.numerical.substructure()
+    ps_beam, where = cfg.design_ps, "sweep [design.physical]"
+    if ps_beam is None and a.get("rig_text") and a.get("rig_path"):
+        try:
+            rig = load_rig(a["rig_path"], a.get("rig_overrides") or (), text=a["rig_text"])
+        except UserError:  # provenance text the current rig kinds cannot read: use the data
+            rig = None
+        if rig is not None:
+            ps_beam, where = rig.physical, "rig file [physical]"
+    ps = None
+    if ps_beam is not None:
+        pb = ps_beam.build(left="free", right="free", x_offset=cfg.numerical.beam.length)
+        ps = Substructure(pb, ("u0", "theta0"))
+    return ns, ps, (where if ps is not None else "rank-1"), cfg.excitation.force_vector(ns)
+
+
+def frf_uncertainty(ds, harmonic: int = 1):
+    """Standard uncertainty of the measured FRF ``H = U_P / F_k`` at every point (see
+    "FRF uncertainty" in the module docstring for the equations). Returns an
+    :class:`xarray.Dataset` over (frequency, dof), NaN where the slot is not done or not
+    forced at harmonic k:
+
+    - ``H`` — the measured FRF [m/N | rad/N] (as :func:`frf`);
+    - ``u_H`` — standard uncertainty of the complex FRF, ``sqrt(E|dH|^2)``;
+    - ``u_H_noise`` — its part from the measured noise;
+    - ``residual_error`` — the interface error the final residual implies, ``G D_N R / F_k``
+      (complex);
+    - ``u_magnitude`` — standard uncertainty of ``|H|`` [m/N | rad/N];
+    - ``u_phase`` — standard uncertainty of ``arg H`` [rad].
+
+    The ``model`` attribute names the PS model behind the sensitivities."""
+    import xarray as xr
+
+    H = frf(ds, "measured", harmonic)
+    ns, ps, where, force_vector = _hybrid_models(ds)
+    f = np.asarray(ds["frequency"].values, dtype=float)
+    s = 2j * np.pi * harmonic * f
+    DN = ns.dynamic_stiffness(s)
+    k = {"harmonic": harmonic}
+    Up = np.asarray(ds["interface_displacement"].sel(**k).values, dtype=complex)
+    Un = np.asarray(ds["numerical_displacement"].sel(**k).values, dtype=complex)
+    vU = np.asarray(ds["interface_displacement_variance"].sel(**k).values, dtype=float)
+    vF = np.asarray(ds["interface_force_variance"].sel(**k).values, dtype=float)
+    Fk = np.asarray(ds["external_force"].sel(**k).values, dtype=complex)
+    ok = np.isfinite(H.values).all(axis=1)
+    eye = np.eye(2)
+    G = np.full(DN.shape, np.nan, dtype=complex)
+    if ps is not None:
+        G[ok] = np.linalg.inv(DN[ok] + ps.dynamic_stiffness(s[ok]))
+    else:
+        for i in np.flatnonzero(ok):
+            Fc = ns.condensed_force(force_vector, s[i]) * (Fk[i] / force_vector[np.flatnonzero(force_vector)[0]])
+            G[i] = np.outer(Up[i], Up[i]) / (Fc @ Up[i])
+    A = eye - G @ DN
+    var = np.einsum("nij,nj->ni", np.abs(A) ** 2, vU) + np.einsum("nij,nj->ni", np.abs(G) ** 2, vF)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        absF = np.abs(Fk)[:, None]
+        u_noise = np.sqrt(var) / absF
+        b = np.einsum("nij,njk,nk->ni", G, DN, Up - Un) / Fk[:, None]
+        Hv = H.values
+        h = Hv / np.abs(Hv)
+        inphase = (np.conj(h) * b).real
+        quad = (np.conj(h) * b).imag
+        u_H = np.sqrt(u_noise**2 + np.abs(b) ** 2)
+        u_mag = np.sqrt(u_noise**2 / 2 + inphase**2)
+        u_ph = np.sqrt(u_noise**2 / 2 + quad**2) / np.abs(Hv)
+    dims = H.dims
+    coords = {c: H.coords[c] for c in H.coords}
+
+    def da(x, units, long_name):
+        x = np.where(ok[:, None], x, np.nan)
+        return xr.DataArray(x, dims=dims, coords=coords, attrs={"units": units, "long_name": long_name})
+
+    out = xr.Dataset({
+        "H": H,
+        "u_H": da(u_H, "m/N | rad/N", "standard uncertainty of the complex FRF, sqrt(E|dH|^2)"),
+        "u_H_noise": da(u_noise, "m/N | rad/N", "part of u_H from the measured noise"),
+        "residual_error": da(b, "m/N | rad/N", "FRF error implied by the final residual, G D_N R / F"),
+        "u_magnitude": da(u_mag, "m/N | rad/N", "standard uncertainty of |H|"),
+        "u_phase": da(u_ph, "rad", "standard uncertainty of arg H"),
+    })
+    out.attrs = {"harmonic": int(harmonic), "model": where}
+    return out
+
+
+def uncertainty_coverage(ds, factor: float = 2.0, harmonic: int = 1, dof: str | None = None) -> dict:
+    """How often ``factor`` standard uncertainties cover the true error of the measured FRF
+    against the stored exact reference (virtual rigs), over the done and converged points
+    (and DOFs, or one ``dof``): ``complex`` — share of ``|H - H_ref| <= factor u_H``;
+    ``magnitude`` — share of ``||H| - |H_ref|| <= factor u_|H|``; ``n`` — points counted;
+    ``rms_normalised_error`` — ``sqrt(mean(|H - H_ref|^2 / u_H^2))`` (1 when the
+    uncertainty is right on average)."""
+    u = frf_uncertainty(ds, harmonic)
+    Hr = frf(ds, "reference", harmonic)
+    sel = _points_for(ds, True)
+    H, uH, um, Hr = u["H"].values[sel], u["u_H"].values[sel], u["u_magnitude"].values[sel], Hr.values[sel]
+    if dof is not None:
+        j = [str(d) for d in ds["dof"].values].index(dof)
+        H, uH, um, Hr = H[:, j], uH[:, j], um[:, j], Hr[:, j]
+    ok = np.isfinite(H) & np.isfinite(Hr) & np.isfinite(uH)
+    e = np.abs(H - Hr)[ok]
+    em = np.abs(np.abs(H) - np.abs(Hr))[ok]
+    n = int(ok.sum())
+    if n == 0:
+        raise ValueError("no converged point with both a measured and a reference FRF")
+    return {
+        "n": n,
+        "complex": float(np.mean(e <= factor * uH[ok])),
+        "magnitude": float(np.mean(em <= factor * um[ok])),
+        "rms_normalised_error": float(np.sqrt(np.mean((e / uH[ok]) ** 2))),
+        "factor": float(factor),
+    }

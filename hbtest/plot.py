@@ -2,7 +2,10 @@
 
 - :func:`bode_figure` / :func:`bode_png` — magnitude and phase of u/F and θ/F (harmonic 1)
   against frequency: converged points as filled markers joined per sweep leg, non-converged
-  points as red crosses, the exact reference (virtual rigs) as a black line.
+  points as red crosses, the exact reference (virtual rigs) as a black line, and a shaded
+  band of ±2 standard uncertainties (:func:`hbtest.frf.frf_uncertainty`: measured noise and
+  final residual) around the converged measured magnitude and phase, when the store holds
+  what that needs (its verbatim sweep text).
 - :func:`convergence_figure` / :func:`convergence_png` — residual norm per iteration for
   every finished point (log scale, coloured by frequency; dashed: did not converge) with the
   tolerance line.
@@ -30,9 +33,12 @@ __all__ = [
     "default_png_path",
     "print_sync_table",
     "KINDS",
+    "BAND_FACTOR",
 ]
 
 KINDS = ("bode", "convergence")
+#: half-width of the uncertainty band on the Bode plot, in standard uncertainties
+BAND_FACTOR = 2.0
 
 
 def _figure(width=9.0, height=6.5):
@@ -55,7 +61,7 @@ def _title(ds) -> str:
 
 def bode_figure(ds, harmonic: int = 1):
     """The Bode figure of a run dataset (see module docstring)."""
-    from .frf import frf
+    from .frf import frf, frf_uncertainty
 
     fig = _figure()
     axes = fig.subplots(2, 2, sharex=True)
@@ -64,6 +70,12 @@ def bode_figure(ds, harmonic: int = 1):
     f = np.asarray(ds["frequency"].values, dtype=float)
     leg = np.asarray(ds["leg"].values) if "leg" in ds.coords else np.zeros(f.size, int)
     Hm = frf(ds, "measured", harmonic).values
+    u_mag = u_ph = None
+    try:
+        unc = frf_uncertainty(ds, harmonic)
+        u_mag, u_ph = unc["u_magnitude"].values, unc["u_phase"].values
+    except (UserError, KeyError, ValueError):  # no sweep text / variances: no bands
+        pass
     Hr = None
     if "reference_interface_displacement" in ds:
         Hr = frf(ds, "reference", harmonic).values
@@ -82,6 +94,7 @@ def bode_figure(ds, harmonic: int = 1):
             ap.plot(f[sel][o], np.degrees(np.unwrap(np.angle(ref))), "-", color="black", lw=1.0)
         multi = np.unique(leg[done]).size > 1
         first_bad = True
+        first_band = True
         for lg in np.unique(leg[done]) if done.any() else []:
             # unwrap the phase over all finished points of the leg, then split by convergence
             sel = np.flatnonzero(done & (leg == lg) & np.isfinite(Hm[:, j]))
@@ -93,8 +106,18 @@ def bode_figure(ds, harmonic: int = 1):
             c = conv[sel]
             if c.any():
                 lab = "measured, converged" + (f" (leg {lg})" if multi else "")
-                am.plot(f[sel][c], np.abs(h[c]), "o-", ms=3.5, lw=0.8, label=lab)
-                ap.plot(f[sel][c], ph[c], "o-", ms=3.5, lw=0.8)
+                (line,) = am.plot(f[sel][c], np.abs(h[c]), "o-", ms=3.5, lw=0.8, label=lab)
+                ap.plot(f[sel][c], ph[c], "o-", ms=3.5, lw=0.8, color=line.get_color())
+                if u_mag is not None and np.isfinite(u_mag[sel, j][c]).any():
+                    fb, mag, um = f[sel][c], np.abs(h[c]), BAND_FACTOR * u_mag[sel, j][c]
+                    up = BAND_FACTOR * np.degrees(u_ph[sel, j][c])
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        widest = np.nanmax(BAND_FACTOR * u_mag[conv] / np.abs(Hm[conv]))
+                    band = f"±{BAND_FACTOR:g}σ band (noise + final residual; up to ±{100 * widest:.3g} % of |H|)"
+                    am.fill_between(fb, np.clip(mag - um, mag * 1e-3, None), mag + um, color=line.get_color(), alpha=0.25, lw=0,
+                                    label=band if first_band else None)
+                    ap.fill_between(fb, ph[c] - up, ph[c] + up, color=line.get_color(), alpha=0.25, lw=0)
+                    first_band = False
             if (~c).any():
                 lab = "measured, not converged" if first_bad else None
                 first_bad = False

@@ -311,3 +311,28 @@ def test_export_cli_and_errors(run31, tmp_path, capsys):
         to_netcdf(path, tmp_path)
     assert cli_main(["export", str(path)]) == 2
     assert "--netcdf" in capsys.readouterr().err
+
+
+def test_bode_band_is_two_standard_uncertainties(run31):
+    """The shaded band around the measured magnitude spans |H| +- 2 u_|H| of
+    frf_uncertainty, and the legend says what it is."""
+    from matplotlib.collections import PolyCollection
+
+    from hbtest.frf import frf_uncertainty
+    from hbtest.plot import BAND_FACTOR, bode_figure
+
+    ds = open_run(run31[0]).load()
+    unc = frf_uncertainty(ds)
+    fig = bode_figure(ds)
+    ax = fig.axes[0]  # |u/F|
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(bands) == 1
+    conv = ds["converged"].values & ds["done"].values
+    mag = np.abs(unc["H"].sel(dof="u").values[conv])
+    um = unc["u_magnitude"].sel(dof="u").values[conv]
+    assert np.all(um > 0)
+    y = bands[0].get_paths()[0].vertices[:, 1]
+    assert y.max() == pytest.approx(np.max(mag + BAND_FACTOR * um), rel=1e-9)
+    assert y.min() == pytest.approx(np.min(mag - BAND_FACTOR * um), rel=1e-9)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any(lab.startswith(f"±{BAND_FACTOR:g}σ band") for lab in labels)

@@ -260,7 +260,7 @@ class RunStore:
     """A run store on disk (see the module docstring for the schema).
 
     Create it once per run with :meth:`create`, reopen it (resume, analysis) with
-    :meth:`open`. Only :meth:`write_point` and :meth:`set_status` write."""
+    :meth:`open`. Only :meth:`write_point`, :meth:`set_status` and :meth:`set_attrs` write."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -544,6 +544,20 @@ class RunStore:
         new["updated_utc"] = now
         if status != "running":
             new["finished_utc"] = now
+        g = zarr.open_group(str(self.path), mode="r+")
+        g.attrs.update(new)
+
+    def set_attrs(self, **attrs) -> None:
+        """Add or replace group attributes (JSON-able values, e.g. an analysis result such
+        as ``modal_fit``) without touching the status; stamps ``updated_utc``. The caller
+        holds the store lock (:class:`hbtest.store.StoreLock`)."""
+        import zarr
+
+        reserved = {"hbtest_store", "schema_version", "status"} & set(attrs)
+        if reserved:
+            raise ValueError(f"set_attrs cannot change {', '.join(sorted(reserved))}")
+        new = _jsonable(dict(attrs))
+        new["updated_utc"] = _utc_now()
         g = zarr.open_group(str(self.path), mode="r+")
         g.attrs.update(new)
 
