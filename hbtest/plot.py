@@ -9,7 +9,6 @@
 - :func:`convergence_figure` / :func:`convergence_png` — residual norm per iteration for
   every finished point (log scale, coloured by frequency; dashed: did not converge) with the
   tolerance line.
-- :func:`print_sync_table` — the synchronisation table of a point (:mod:`hbtest.frf`).
 
 PNG files go next to the store by default: ``runs/x.zarr`` gives ``runs/x-bode.png`` and
 ``runs/x-convergence.png``.
@@ -18,7 +17,6 @@ PNG files go next to the store by default: ``runs/x.zarr`` gives ``runs/x-bode.p
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +29,6 @@ __all__ = [
     "bode_png",
     "convergence_png",
     "default_png_path",
-    "print_sync_table",
     "KINDS",
     "BAND_FACTOR",
 ]
@@ -225,11 +222,3 @@ def convergence_png(store_path, out_path=None) -> Path:
 
     ds = open_run(store_path)
     return _save(convergence_figure(ds), out_path or default_png_path(store_path, "convergence"))
-
-
-def print_sync_table(ds, index: int, harmonics=None, file=None) -> None:
-    """Print the synchronisation table (delay, relative amplification of u and θ) of slot
-    ``index``."""
-    from .frf import format_sync_table, sync_table
-
-    print(format_sync_table(sync_table(ds, index, harmonics)), file=file or sys.stdout)

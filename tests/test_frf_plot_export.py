@@ -25,7 +25,7 @@ from hbtest.frf import (
     sync_metrics,
     sync_table,
 )
-from hbtest.plot import bode_png, convergence_png, default_png_path, print_sync_table
+from hbtest.plot import bode_png, convergence_png, default_png_path
 from hbtest.store import RunStore, open_run
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -220,11 +220,14 @@ def test_plot_cli(run31, tmp_path, capsys):
     assert len(err) == 1 and "missing.zarr" in err[0] and "not found" in err[0]
 
 
-def test_print_sync_table(run31, capsys):
+def test_sync_table_text_and_the_plot_command_prints_it(run31, capsys):
+    from hbtest.frf import format_sync_table, sync_table
+
     path, _ = run31
-    print_sync_table(open_run(path), 0, harmonics=[1])
-    out = capsys.readouterr().out
-    assert out.count("\n") == 3 and " u " in out and " theta " in out
+    text = format_sync_table(sync_table(open_run(path), 0, harmonics=[1]))
+    assert text.count("\n") == 2 and " u " in text and " theta " in text
+    assert cli_main(["plot", str(path), "--sync", "0"]) == 0
+    assert text in capsys.readouterr().out
 
 
 def test_plot_unwritable_output(run31, tmp_path):

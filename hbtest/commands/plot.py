@@ -17,7 +17,8 @@ def run(args) -> int:
 
     from ..errors import UserError
     from ..export import check_intact
-    from ..plot import bode_png, convergence_png, default_png_path, print_sync_table
+    from ..frf import format_sync_table, sync_table
+    from ..plot import bode_png, convergence_png, default_png_path
     from ..store import open_run
 
     check_intact(args.store)  # UserError for a missing, foreign or damaged store
@@ -38,5 +39,5 @@ def run(args) -> int:
             raise UserError(f"--sync {args.sync}: slot outside 0..{n - 1}")
         if not bool(ds["done"].values[args.sync]):
             raise UserError(f"--sync {args.sync}: that point is not finished")
-        print_sync_table(ds, args.sync)
+        print(format_sync_table(sync_table(ds, args.sync)))
     return 0
