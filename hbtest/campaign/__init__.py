@@ -16,11 +16,12 @@ from .cases import Case, case_rig_seed, expand_cases, toml_literal
 from .engine import DASK_MISSING, campaign_exit_code, run_campaign
 from .events import CampaignFinished, CampaignStarted, CaseFinished
 from .figures import FIGURE_INFO, FIGURES
+from .plot import MAX_HEATMAP_LEVELS, campaign_figure, campaign_png, default_campaign_png
 from .store import CAMPAIGN_SCHEMA_VERSION, CASE_STATUSES, CampaignStore, open_campaign
 from .task import run_case
 
 __all__ = [
     "Case", "expand_cases", "toml_literal", "case_rig_seed", "run_case", "run_campaign", "campaign_exit_code", "DASK_MISSING",
     "CampaignStarted", "CaseFinished", "CampaignFinished", "FIGURES", "FIGURE_INFO", "CampaignStore", "open_campaign",
-    "CAMPAIGN_SCHEMA_VERSION", "CASE_STATUSES",
+    "CAMPAIGN_SCHEMA_VERSION", "CASE_STATUSES", "campaign_figure", "campaign_png", "default_campaign_png", "MAX_HEATMAP_LEVELS",
 ]
