@@ -783,14 +783,15 @@ def load_campaign(path, overrides=(), text: str | None = None) -> CampaignConfig
             args = _scalar_values(r, "values", r.value("values"))
         random.append(CampaignParameter(key, target, kpath, distribution=dist, arguments=args))
         r.finish()
-    draws = top.integer("draws", 1 if not random else None, min=1, max=MAX_CAMPAIGN_CASES)
-    if draws > 1 and not random and not grid:
-        pass  # repeats of the base case (e.g. noise only through the per-case rig seed)
+    # draws without [[random]]: repeats of each grid point (noise only through the per-case rig seed)
+    draws = top.integer("draws", 1, min=1, max=MAX_CAMPAIGN_CASES)
     keys = [p.key for p in grid + random]
     twice = sorted({k for k in keys if keys.count(k) > 1})
     if twice:
         raise top.error("grid", f"parameter {twice[0]!r} varied twice")
 
+    if kind == "classical" and analysis["delay_ms"] is None and "analysis:delay_ms" not in keys:
+        raise top.error("analysis.delay_ms", "a classical campaign needs the actuator delay (here or varied as analysis:delay_ms)")
     known = FIGURES[kind]
     figures = top.value("figures", list(known))
     if not isinstance(figures, list) or not figures or not all(isinstance(f, str) for f in figures):
@@ -798,8 +799,6 @@ def load_campaign(path, overrides=(), text: str | None = None) -> CampaignConfig
     for f in figures:
         if f not in known:
             raise top.error("figures", f"{f!r} is not a figure of a {kind} campaign ({', '.join(known)})")
-    if kind == "classical" and analysis["delay_ms"] is None and "analysis:delay_ms" not in keys:
-        raise top.error("analysis.delay_ms", "a classical campaign needs the actuator delay (here or varied as analysis:delay_ms)")
     for p in grid + random:
         if p.target == "analysis" and p.path not in CAMPAIGN_ANALYSIS[kind]:
             raise top.error("grid" if p in grid else "random",

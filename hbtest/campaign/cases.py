@@ -54,7 +54,9 @@ def toml_literal(value) -> str:
             return "inf" if v > 0 else "-inf"
         return repr(v)
     if isinstance(value, str):
-        return json.dumps(value)
+        # a TOML basic string: JSON's escapes are TOML's, but not JSON's surrogate pairs
+        # (ensure_ascii) and TOML also wants DEL escaped
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(toml_literal(v) for v in value) + "]"
     raise TypeError(f"cannot write {value!r} as a TOML value")

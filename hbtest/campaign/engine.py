@@ -69,8 +69,9 @@ def _open_or_create(path: Path, cfg, cases, overwrite: bool) -> CampaignStore:
             if a.get(key) != prov[key]:
                 raise UserError(f"{path}: made from another {what} text ({prov[key.replace('sha256', 'path')]} changed since);"
                                 " give --overwrite to start again, or another --store")
-        if store.n_cases != len(cases):
-            raise UserError(f"{path}: holds {store.n_cases} cases, the campaign has {len(cases)}; give --overwrite or another --store")
+        if store.n_cases != len(cases) or not store.same_plan(cases, cfg.figures, prov):
+            raise UserError(f"{path}: holds other cases than this campaign's (changed --set, seed or figures?);"
+                            " give --overwrite to start again, or another --store")
         return store
     return CampaignStore.create(path, cases, cfg.figures, prov, overwrite=overwrite)
 

@@ -143,6 +143,20 @@ class CampaignStore:
             raise UserError(f"{path}: not an hbtest campaign store (a run store? plot it with hbtest plot)")
         return store
 
+    def same_plan(self, cases, figures, attrs: dict) -> bool:
+        """Whether this store was allocated for exactly these cases (overrides, rig seeds,
+        analysis settings) and figures: the check before a resume."""
+        import zarr
+
+        g = zarr.open_group(str(self.path), mode="r")
+        plan = (
+            [json.dumps(list(c.sweep_overrides)) for c in cases] == [str(x) for x in g["sweep_overrides"][...]]
+            and [json.dumps(list(c.rig_overrides)) for c in cases] == [str(x) for x in g["rig_overrides"][...]]
+            and [-1 if c.rig_seed is None else c.rig_seed for c in cases] == [int(x) for x in g["rig_seed"][...]]
+        )
+        same_attrs = all(self.attrs.get(k) == jsonable(attrs.get(k)) for k in ("kind", "analysis", "seed"))
+        return plan and same_attrs and list(figures) == list(self.figures)
+
     def dataset(self):
         import xarray as xr
 
