@@ -641,7 +641,9 @@ class CampaignParameter:
     """One varied parameter. ``key`` as written (``sweep.points``, ``rig:virtual.seed``,
     ``analysis:delay_ms``); ``target`` / ``path`` its parts. A grid parameter has ``values``;
     a random one a ``distribution`` and its ``arguments`` (uniform: low, high; normal: mean,
-    std; lognormal: median, sigma of the logarithm; choice: values)."""
+    std; lognormal: median, sigma of the logarithm; choice: values). ``also``: further
+    ``(target, path)`` keys set to the same value in each case (e.g. the classical test's
+    delay and the twin's actuation delay varied together)."""
 
     key: str
     target: str
@@ -649,6 +651,7 @@ class CampaignParameter:
     values: tuple = ()
     distribution: str = ""
     arguments: tuple = ()
+    also: tuple = ()
 
 
 @_dataclass(frozen=True)
@@ -702,6 +705,13 @@ def _campaign_key(sec: Section, key: str, name: str) -> tuple[str, str]:
     return target, path
 
 
+def _also(sec: Section) -> tuple:
+    raw = sec.value("also", [])
+    if not isinstance(raw, list):
+        raise sec.error("also", "must be a list of keys set to the same value")
+    return tuple(_campaign_key(sec, k, "also") + (k,) for k in raw)
+
+
 def _scalar_values(sec: Section, name: str, raw) -> tuple:
     if not isinstance(raw, list) or not raw:
         raise sec.error(name, "must be a non-empty list of values")
@@ -719,7 +729,8 @@ def load_campaign(path, overrides=(), text: str | None = None) -> CampaignConfig
     ``set`` / ``rig_set`` (overrides of every case), ``seed``, ``draws``, ``rig_seed``,
     ``figures`` (default: every figure of the kind), ``keep_runs``, ``[analysis]`` (the kind's
     settings, :data:`CAMPAIGN_ANALYSIS`), ``[[grid]]`` (``key``, ``values`` or ``start`` /
-    ``stop`` / ``num``) and ``[[random]]`` (``key``, ``distribution`` and its arguments).
+    ``stop`` / ``num``) and ``[[random]]`` (``key``, ``distribution`` and its arguments);
+    both take ``also`` (keys set to the same value).
     Whether a varied key exists in the sweep or rig file is checked per case (a bad key fails
     that case, recorded in the store)."""
     from .campaign.figures import FIGURES  # the figure names of each kind (no TOML there)
@@ -762,7 +773,7 @@ def load_campaign(path, overrides=(), text: str | None = None) -> CampaignConfig
             start, stop = g.number("start"), g.number("stop")
             num = g.integer("num", min=1, max=MAX_CAMPAIGN_CASES)
             values = tuple(float(v) for v in np.linspace(start, stop, num))
-        grid.append(CampaignParameter(key, target, kpath, values=values))
+        grid.append(CampaignParameter(key, target, kpath, values=values, also=_also(g)))
         g.finish()
 
     random = []
@@ -781,11 +792,11 @@ def load_campaign(path, overrides=(), text: str | None = None) -> CampaignConfig
             args = (r.number("median", positive=True), r.number("sigma", nonnegative=True))
         else:
             args = _scalar_values(r, "values", r.value("values"))
-        random.append(CampaignParameter(key, target, kpath, distribution=dist, arguments=args))
+        random.append(CampaignParameter(key, target, kpath, distribution=dist, arguments=args, also=_also(r)))
         r.finish()
     # draws without [[random]]: repeats of each grid point (noise only through the per-case rig seed)
     draws = top.integer("draws", 1, min=1, max=MAX_CAMPAIGN_CASES)
-    keys = [p.key for p in grid + random]
+    keys = [p.key for p in grid + random] + [a[2] for p in grid + random for a in p.also]
     twice = sorted({k for k in keys if keys.count(k) > 1})
     if twice:
         raise top.error("grid", f"parameter {twice[0]!r} varied twice")
@@ -800,9 +811,10 @@ def load_campaign(path, overrides=(), text: str | None = None) -> CampaignConfig
         if f not in known:
             raise top.error("figures", f"{f!r} is not a figure of a {kind} campaign ({', '.join(known)})")
     for p in grid + random:
-        if p.target == "analysis" and p.path not in CAMPAIGN_ANALYSIS[kind]:
-            raise top.error("grid" if p in grid else "random",
-                            f"{p.key!r}: a {kind} campaign has no analysis setting {p.path!r} ({', '.join(CAMPAIGN_ANALYSIS[kind]) or 'none'})")
+        for target, kpath, key in ((p.target, p.path, p.key),) + p.also:
+            if target == "analysis" and kpath not in CAMPAIGN_ANALYSIS[kind]:
+                raise top.error("grid" if p in grid else "random",
+                                f"{key!r}: a {kind} campaign has no analysis setting {kpath!r} ({', '.join(CAMPAIGN_ANALYSIS[kind]) or 'none'})")
     top.finish()
     cfg = CampaignConfig(src, name, description, kind, base, sets[0], sets[1], analysis, tuple(grid), tuple(random), draws, seed,
                          rig_seed, tuple(figures), keep_runs)

@@ -92,12 +92,13 @@ def expand_cases(cfg, runs_dir=None) -> list[Case]:
         rig_ovr = list(cfg.rig_overrides)
         analysis = dict(cfg.analysis)
         for p, v in zip(cfg.parameters, values):
-            if p.target == "sweep":
-                sweep_ovr.append(f"{p.path}={toml_literal(v)}")
-            elif p.target == "rig":
-                rig_ovr.append(f"{p.path}={toml_literal(v)}")
-            else:
-                analysis[p.path] = v
+            for target, path in ((p.target, p.path),) + tuple(a[:2] for a in p.also):
+                if target == "sweep":
+                    sweep_ovr.append(f"{path}={toml_literal(v)}")
+                elif target == "rig":
+                    rig_ovr.append(f"{path}={toml_literal(v)}")
+                else:
+                    analysis[path] = v
         run_store = None if runs_dir is None else str(runs_dir / f"case-{i:05d}.zarr")
         cases.append(Case(i, cfg.kind, str(cfg.base), params, tuple(sweep_ovr), tuple(rig_ovr), analysis,
                           case_rig_seed(cfg.seed, i) if cfg.rig_seed == "per-case" else None, tuple(cfg.figures), run_store))
