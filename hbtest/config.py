@@ -628,6 +628,13 @@ CAMPAIGN_TARGETS = ("sweep", "rig", "analysis")
 CAMPAIGN_DISTRIBUTIONS = ("uniform", "normal", "lognormal", "choice")
 #: the most cases one campaign store holds (one chunk file per variable and case)
 MAX_CAMPAIGN_CASES = 100000
+#: the figures a campaign of each kind can keep (computed by :mod:`hbtest.campaign.figures`)
+CAMPAIGN_FIGURES = {
+    "sweep": ("frf_error_max", "frf_error_rms", "converged_fraction", "rig_periods", "iterations_mean", "resonance_shift"),
+    "classical": ("classical_frf_error_max", "iterative_frf_error_max", "classical_unstable_fraction", "converged_fraction",
+                  "critical_delay_ms"),
+    "stability": ("critical_delay_ms", "critical_frequency_hz"),
+}
 #: ``[analysis]`` settings of each kind: name -> (default, meaning); None = required
 CAMPAIGN_ANALYSIS = {
     "sweep": {},
@@ -733,8 +740,6 @@ def load_campaign(path, overrides=(), text: str | None = None) -> CampaignConfig
     both take ``also`` (keys set to the same value).
     Whether a varied key exists in the sweep or rig file is checked per case (a bad key fails
     that case, recorded in the store)."""
-    from .campaign.figures import FIGURES  # the figure names of each kind (no TOML there)
-
     doc, src = load_toml(path, overrides, text)
     top = Section(doc, src.path)
     base_dir = Path(src.path).resolve().parent
@@ -803,7 +808,7 @@ def load_campaign(path, overrides=(), text: str | None = None) -> CampaignConfig
 
     if kind == "classical" and analysis["delay_ms"] is None and "analysis:delay_ms" not in keys:
         raise top.error("analysis.delay_ms", "a classical campaign needs the actuator delay (here or varied as analysis:delay_ms)")
-    known = FIGURES[kind]
+    known = CAMPAIGN_FIGURES[kind]
     figures = top.value("figures", list(known))
     if not isinstance(figures, list) or not figures or not all(isinstance(f, str) for f in figures):
         raise top.error("figures", f"must be a non-empty list of figure names ({', '.join(known)})")
@@ -823,4 +828,4 @@ def load_campaign(path, overrides=(), text: str | None = None) -> CampaignConfig
     return cfg
 
 
-__all__ += ["CampaignParameter", "CampaignConfig", "load_campaign", "CAMPAIGN_KINDS", "CAMPAIGN_TARGETS", "MAX_CAMPAIGN_CASES"]
+__all__ += ["CampaignParameter", "CampaignConfig", "load_campaign", "CAMPAIGN_KINDS", "CAMPAIGN_FIGURES", "CAMPAIGN_TARGETS", "MAX_CAMPAIGN_CASES"]

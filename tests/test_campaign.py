@@ -112,9 +112,9 @@ def test_in_process_local_cluster_equals_serial_and_records_failed_cases(tmp_pat
                          '[[grid]]\nkey = "rig:virtual.actuation_delay_ms"\nvalues = [0.5, 1.5]\n')
     cfg = load_campaign(p)
     events = []
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
-            distributed.Client(cluster) as client:
-        ds = run_campaign(cfg, tmp_path / "d.zarr", client=client, progress=events.append).load()
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        # the engine's --scheduler path: a Client of its own on this cluster's scheduler
+        ds = run_campaign(cfg, tmp_path / "d.zarr", scheduler=cluster.scheduler_address, progress=events.append).load()
     status = list(ds["status"].values)
     assert status == ["done", "done", "failed", "failed"]
     assert all("sweep.points" in str(e) and "ConfigError" in str(e) for e in ds["error"].values[2:])
@@ -125,7 +125,7 @@ def test_in_process_local_cluster_equals_serial_and_records_failed_cases(tmp_pat
     assert json.loads(str(ds["rig_overrides"].values[3])) == ["virtual.actuation_delay_ms=1.5"]
     assert ds.attrs["campaign_text"] == p.read_text() and ds.attrs["base_text"] == PAPER.read_text()
     started = [e for e in events if isinstance(e, CampaignStarted)]
-    assert started[0].n_todo == 4 and started[0].workers == 2
+    assert started[0].n_todo == 4 and started[0].workers == 2 and started[0].scheduler == cluster.scheduler_address
     done = [e for e in events if isinstance(e, CaseFinished)]
     assert sorted(e.case for e in done) == [0, 1, 2, 3] and done[-1].n_failed == 2 and done[-1].eta_seconds == 0.0
     assert [e.n_done for e in events if isinstance(e, CampaignFinished)] == [2]
@@ -162,7 +162,7 @@ def test_killed_campaign_resumes_only_unfinished_cases(tmp_path):
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            if (store / "finished").exists() and CampaignStore(store).finished().sum() >= 1:
+            if store.exists() and CampaignStore(store).finished().sum() >= 1:  # the store appears complete (renamed in)
                 break
             assert proc.poll() is None, proc.stderr.read().decode()
             time.sleep(0.1)

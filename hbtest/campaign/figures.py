@@ -20,6 +20,8 @@ import math
 
 import numpy as np
 
+from ..config import CAMPAIGN_FIGURES
+
 __all__ = ["FIGURES", "FIGURE_INFO", "sweep_figures", "classical_figures", "stability_figures", "BEAM_MIN_ELEMENTS_PER_METRE"]
 
 #: name -> (units, long name)
@@ -37,12 +39,8 @@ FIGURE_INFO = {
     "critical_frequency_hz": ("Hz", "frequency of the root crossing at the critical delay"),
 }
 
-FIGURES = {
-    "sweep": ("frf_error_max", "frf_error_rms", "converged_fraction", "rig_periods", "iterations_mean", "resonance_shift"),
-    "classical": ("classical_frf_error_max", "iterative_frf_error_max", "classical_unstable_fraction", "converged_fraction",
-                  "critical_delay_ms"),
-    "stability": ("critical_delay_ms", "critical_frequency_hz"),
-}
+#: figure names of each campaign kind (defined with the campaign file schema)
+FIGURES = CAMPAIGN_FIGURES
 
 #: beam mesh of a stability case when the campaign gives no ``elements_per_metre`` (as ``hbtest stability beam``)
 BEAM_MIN_ELEMENTS_PER_METRE = 40.0

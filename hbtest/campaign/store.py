@@ -34,6 +34,7 @@ resume refuses a store made from other texts), ``kind``, ``figures``, ``paramete
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -123,10 +124,17 @@ class CampaignStore:
                     created_utc=now, updated_utc=now, status="running")
         ds = xr.Dataset(data, coords={"case": ("case", np.arange(n, dtype=np.int64), {"long_name": "case index"}),
                                       "parameter": ("parameter", np.array(keys, dtype=object), {"long_name": "varied key"})}, attrs=root)
+        # written beside and renamed into place: a campaign killed while allocating leaves no
+        # half-made store at ``path``
+        tmp = path.with_name(f".{path.name}.new-{os.getpid()}")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            ds.to_zarr(str(path), mode="w-", zarr_format=3, consolidated=False, encoding=encoding)
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            ds.to_zarr(str(tmp), mode="w-", zarr_format=3, consolidated=False, encoding=encoding)
+            os.rename(tmp, path)
         except OSError as e:
+            shutil.rmtree(tmp, ignore_errors=True)
             raise UserError(f"{path}: cannot write the campaign store ({e.strerror or e})") from None
         return cls(path)
 
