@@ -203,3 +203,14 @@ def test_cli_refuses_another_campaign_text_and_bad_arguments(tmp_path, capsys):
     assert main(["campaign", str(p), "--store", str(tmp_path / "x.zarr"), "--workers", "-1"]) == 2
     assert main(["campaign-plot", str(tmp_path / "none.zarr")]) == 2
     assert main(["campaign-plot", str(store), "--figure", "bogus"]) == 2
+
+
+def test_stability_case_equals_hbtest_stability_beam(tmp_path, capsys):
+    p = tmp_path / "s.toml"
+    p.write_text(f'kind = "stability"\nbase = "{PAPER}"\n[analysis]\ncutoff_hz = 400.0\n')
+    ds = run_campaign(load_campaign(p), tmp_path / "s.zarr", workers=0).load()
+    assert main(["stability", "beam", str(PAPER), "--cutoff-hz", "400", "--json"]) == 0
+    ref = json.loads(capsys.readouterr().out)
+    assert list(ds["status"].values) == ["done"]
+    assert ds["critical_delay_ms"].values[0] == pytest.approx(ref["delay_s"] * 1e3, rel=1e-12)
+    assert ds["critical_frequency_hz"].values[0] == pytest.approx(ref["frequency_hz"], rel=1e-12)

@@ -38,6 +38,17 @@ def _load(case):
     return cfg
 
 
+def _check_completed(ds) -> None:
+    """A sweep stopped by Ctrl+C (serial campaign: the sweep's own signal handling) stops the
+    campaign, the case left unfinished; one stopped by its rig (``on_trip = "stop"``...) is
+    a failed case."""
+    if ds.attrs.get("status") == "completed":
+        return
+    if ds.attrs.get("stop_cause") == "signal":
+        raise KeyboardInterrupt
+    raise RuntimeError(f"the sweep stopped: {ds.attrs.get('stop_message') or ds.attrs.get('status')}")
+
+
 def _execute(case, store_path: Path) -> dict:
     cfg = _load(case)
     if case.kind == "sweep":
@@ -46,6 +57,7 @@ def _execute(case, store_path: Path) -> dict:
 
         load_rig(cfg.rig_path, cfg.rig_overrides)  # a bad rig override fails here, before anything runs
         ds = run(cfg, store_path, overwrite=True, seed=case.rig_seed, plot=False, overrides=case.sweep_overrides)
+        _check_completed(ds)
         from .figures import sweep_figures
 
         return sweep_figures(ds)
