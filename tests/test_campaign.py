@@ -212,5 +212,5 @@ def test_stability_case_equals_hbtest_stability_beam(tmp_path, capsys):
     assert main(["stability", "beam", str(PAPER), "--cutoff-hz", "400", "--json"]) == 0
     ref = json.loads(capsys.readouterr().out)
     assert list(ds["status"].values) == ["done"]
-    assert ds["critical_delay_ms"].values[0] == pytest.approx(ref["delay_s"] * 1e3, rel=1e-12)
+    assert ds["critical_delay_ms"].values[0] == pytest.approx(ref["critical_delay_s"] * 1e3, rel=1e-12)
     assert ds["critical_frequency_hz"].values[0] == pytest.approx(ref["frequency_hz"], rel=1e-12)
