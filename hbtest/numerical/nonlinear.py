@@ -1,0 +1,195 @@
+"""A nonlinear numerical substructure: a linear structure plus nonlinear elements
+(:mod:`hbtest.numerical.elements`), solved by multi-harmonic balance with alternating
+frequency–time (AFT) and Newton's method with the analytic AFT Jacobian.
+
+Units and sign conventions: see :mod:`hbtest.numerical.base` (interface, ``F_P``) and
+:mod:`hbtest.numerical.elements` (element forces). The equations of motion of the substructure
+
+    M q'' + C q' + K q + sum_e w_e g_e = f_ext(t) - S^T f_P(t)
+
+are balanced at the harmonic orders ``orders``. The linear part is first condensed (exactly,
+per harmonic, Schur complement) onto the *active* DOFs: the interface DOFs (first, in
+interface order) and the DOFs the elements act on. With ``x`` the packed coefficients of the
+active DOFs (channel-major), the residual is
+
+    R(x) = D_A x + f_nl(x) - pack(F_A - S^T F_P),
+
+``D_A`` the real operator of the condensed dynamic stiffness ``D_A(ikW)``, ``f_nl`` the AFT
+of the element forces, ``F_A`` the condensed external force. Newton:
+``dR/dx = D_A + sum_e (w_e w_e^T) (x) dG_e/dr`` with the AFT derivative of each element.
+Since ``dR/dF_P = +S^T`` (packed), ``dU_N/dF_P = -S (dR/dx)^-1 S^T`` at the solution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import harmonics
+from ..substructure import Substructure, condense
+from .base import HarmonicBalanceError, InterfaceResponse
+from .elements import AFTGrid, Element, aft_grid, packed_force
+from .linear import external_interface_force
+
+__all__ = ["NonlinearSubstructure", "HarmonicBalanceSolution", "NEWTON_TOLERANCE", "NEWTON_MAX_ITERATIONS", "LINE_SEARCH_HALVINGS"]
+
+#: Newton stops when the step is below this fraction of the solution (max norm)
+NEWTON_TOLERANCE = 1e-12
+#: Newton iterations before :class:`HarmonicBalanceError`
+NEWTON_MAX_ITERATIONS = 100
+#: backtracking halvings of a Newton step that does not reduce the residual
+LINE_SEARCH_HALVINGS = 30
+
+
+@dataclass(frozen=True)
+class HarmonicBalanceSolution:
+    """Harmonic balance of the active DOFs at one frequency.
+
+    dofs: active DOF names (interface first); coefficients: (n_active, n_orders) complex;
+    state: the same packed (n_active p,); tangent: ``dR/dx`` at the solution (n_active p,
+    n_active p); iterations: Newton iterations; residual: final max-norm of R [N, N m]."""
+
+    dofs: tuple[str, ...]
+    orders: np.ndarray
+    coefficients: np.ndarray
+    state: np.ndarray
+    tangent: np.ndarray
+    iterations: int
+    residual: float
+
+
+@dataclass(eq=False)
+class NonlinearSubstructure:
+    """A :class:`~hbtest.substructure.Substructure` (its linear part) plus nonlinear
+    ``elements`` acting on its DOFs (by name). ``n_time``: AFT samples per period (default
+    from :func:`hbtest.numerical.elements.aft_grid`)."""
+
+    substructure: Substructure
+    elements: tuple[Element, ...]
+    n_time: int | None = None
+    tolerance: float = NEWTON_TOLERANCE
+    max_iterations: int = NEWTON_MAX_ITERATIONS
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        self.elements = tuple(self.elements)
+        names = set(self.structure.dof_names)
+        for e in self.elements:
+            for d in e.dofs:
+                if d not in names:
+                    raise KeyError(f"{e.kind}: no DOF named {d!r} in the substructure")
+        iface = list(self.substructure.interface)
+        extra = sorted({d for e in self.elements for d in e.dofs} - set(iface), key=self.structure.index)
+        self.active = tuple(iface + extra)
+        self.active_index = [self.structure.index(d) for d in self.active]
+        self._weights = []
+        for e in self.elements:
+            w = np.zeros(len(self.active))
+            for d, we in zip(e.dofs, e.weights):
+                w[self.active.index(d)] += we
+            self._weights.append(w)
+
+    # -- the linear part (as hbtest.substructure.Substructure) ------------------------------
+    @property
+    def structure(self):
+        return self.substructure.structure
+
+    @property
+    def interface(self) -> tuple[str, ...]:
+        return self.substructure.interface
+
+    @property
+    def interface_index(self) -> list[int]:
+        return self.substructure.interface_index
+
+    @property
+    def is_linear(self) -> bool:
+        return all(e.is_zero for e in self.elements)
+
+    def dynamic_stiffness(self, s) -> np.ndarray:
+        return self.substructure.dynamic_stiffness(s)
+
+    def condensed_force(self, F, s) -> np.ndarray:
+        return self.substructure.condensed_force(F, s)
+
+    # -- harmonic balance ------------------------------------------------------------------
+    def _operators(self, frequency_hz: float, orders: np.ndarray, force_vector):
+        """(D_A real operator, packed condensed external force, AFT grid), cached per call
+        signature (the point loop asks many times at one frequency)."""
+        fv = np.asarray(force_vector, dtype=complex)
+        key = (float(frequency_hz), tuple(orders.tolist()), fv.tobytes())
+        hit = self._cache.get("ops")
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        s = 2j * np.pi * frequency_hz * orders
+        if len(self.active) == len(self.interface):  # the interface condensation, same numbers
+            D_A = self.substructure.dynamic_stiffness(s)
+            F_A = external_interface_force(self.substructure, fv, frequency_hz, orders)
+        else:
+            sub = Substructure(self.structure, self.active)
+            D_A = condense(self.structure.dynamic_stiffness(s), self.active_index)
+            F_A = external_interface_force(sub, fv, frequency_hz, orders)
+        ops = (harmonics.real_operator(D_A, orders), harmonics.pack(F_A, orders).reshape(-1), aft_grid(orders, self.n_time))
+        self._cache["ops"] = (key, ops)
+        return ops
+
+    def _residual(self, x, Dr, b, grid: AFTGrid, omega: float, p: int, jacobian: bool):
+        nA = len(self.active)
+        X = x.reshape(nA, p)
+        R = Dr @ x - b
+        J = Dr.copy() if jacobian else None
+        for e, w in zip(self.elements, self._weights):
+            if e.is_zero:
+                continue
+            g, dg = packed_force(e, w @ X, omega, grid)
+            R += np.outer(w, g).reshape(-1)
+            if jacobian:
+                J += np.einsum("a,b,ij->aibj", w, w, dg).reshape(nA * p, nA * p)
+        return R, J
+
+    def solve(self, frequency_hz: float, orders, F_P=None, force_vector=None, start=None) -> HarmonicBalanceSolution:
+        """Harmonic balance of the active DOFs under the external point-force vector
+        ``force_vector`` (n_dof,) complex at order 1 [N] and the interface force ``F_P``
+        (n_interface, n_orders) the substructure applies to its neighbour. ``start``: packed
+        initial state (default: the linear solution). Raises :class:`HarmonicBalanceError`
+        when Newton fails."""
+        orders = np.atleast_1d(np.asarray(orders, dtype=int))
+        p = harmonics.packed_size(orders)
+        nA, ni = len(self.active), len(self.interface)
+        fv = np.zeros(self.structure.n_dof, dtype=complex) if force_vector is None else force_vector
+        Dr, bF, grid = self._operators(frequency_hz, orders, fv)
+        b = bF.copy()
+        if F_P is not None:
+            b[: ni * p] -= harmonics.pack(np.asarray(F_P), orders).reshape(-1)
+        omega = 2 * np.pi * frequency_hz
+        x = np.linalg.solve(Dr, b) if start is None else np.array(start, dtype=float)
+        if x.shape != (nA * p,):
+            raise ValueError(f"start must have {nA * p} packed entries, got {x.shape}")
+        R, J = self._residual(x, Dr, b, grid, omega, p, True)
+        rn = np.linalg.norm(R)
+        for it in range(1, self.max_iterations + 1):
+            dx = np.linalg.solve(J, -R)
+            step = 1.0
+            for _ in range(LINE_SEARCH_HALVINGS):
+                xn = x + step * dx
+                Rn, Jn = self._residual(xn, Dr, b, grid, omega, p, True)
+                if np.linalg.norm(Rn) < rn or step * np.abs(dx).max() <= self.tolerance * np.abs(xn).max():
+                    break
+                step *= 0.5
+            x, R, J, rn = xn, Rn, Jn, np.linalg.norm(Rn)
+            if step * np.abs(dx).max() <= self.tolerance * max(np.abs(x).max(), np.finfo(float).tiny):
+                return HarmonicBalanceSolution(self.active, orders, harmonics.unpack(x.reshape(nA, p), orders), x, J, it, float(np.abs(R).max()))
+        raise HarmonicBalanceError(
+            f"harmonic balance at {frequency_hz:g} Hz did not converge in {self.max_iterations} Newton iterations"
+            f" (residual {np.abs(R).max():.3g})"
+        )
+
+    def interface_response(self, frequency_hz, orders, F_P, force_vector, start=None) -> InterfaceResponse:
+        """``U_N`` and ``dU_N/dF_P`` (packed) at one frequency (see the module docstring)."""
+        sol = self.solve(frequency_hz, orders, F_P, force_vector, start)
+        ni, nA, p = len(self.interface), len(self.active), harmonics.packed_size(sol.orders)
+        rhs = np.zeros((nA * p, ni * p))
+        rhs[: ni * p] = -np.eye(ni * p)
+        jac = np.linalg.solve(sol.tangent, rhs)[: ni * p]
+        return InterfaceResponse(sol.coefficients[:ni], jac, sol.state, sol.iterations)
