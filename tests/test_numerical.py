@@ -1,0 +1,353 @@
+"""Numerical substructures (hbtest.numerical): AFT elements against closed forms, the analytic
+AFT Jacobian against finite differences, the nonlinear substructure against the linear one and
+against long time integration (an independent method)."""
+
+import numpy as np
+import pytest
+import scipy.integrate
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hbtest import harmonics
+from hbtest.numerical import (
+    ELEMENT_KINDS,
+    Contact,
+    CubicSpring,
+    Friction,
+    LinearSubstructure,
+    NonlinearSubstructure,
+    NumericalSubstructure,
+    aft_grid,
+    create_element,
+    harmonic_force,
+    packed_force,
+)
+from hbtest.structures import beam, generic
+from hbtest.substructure import Substructure
+
+F = 18.0  # Hz
+
+
+def ns_beam(n_elements=34, zeta_mass=0.9):
+    """The paper cantilever's numerical root (170 mm, clamped), interface at its free end."""
+    b = beam(0.17, 0.0254, 0.001, 217e9, 8210.0, n_elements=n_elements, zeta_mass=zeta_mass, zeta_stiffness=7e-5)
+    j = b.x_nodes.size - 1
+    return Substructure(b, (f"u{j}", f"theta{j}"))
+
+
+def tip_force(sub, amplitude=0.05):
+    fv = np.zeros(sub.structure.n_dof, dtype=complex)
+    fv[sub.interface_index[0]] = amplitude
+    return fv
+
+
+# -- elements: closed forms ----------------------------------------------------------------
+
+
+def test_registry_names_the_three_kinds():
+    assert {"cubic_spring", "friction", "contact"} <= set(ELEMENT_KINDS)
+    e = create_element("cubic_spring", ("u3",), k3=2.0)
+    assert isinstance(e, CubicSpring) and e.k3 == 2.0
+    with pytest.raises(KeyError):
+        create_element("glue", ("u3",))
+
+
+@pytest.mark.parametrize("X", [1e-4, 0.3, 2.0])
+def test_cubic_spring_harmonics(X):
+    """x = X cos wt -> k3 X^3 (3/4 cos wt + 1/4 cos 3wt), nothing else."""
+    k3 = 7.5e8
+    orders = (0, 1, 2, 3, 4, 5)
+    G, _ = harmonic_force(CubicSpring(("u",), k3=k3), [0, X, 0, 0, 0, 0], F, orders)
+    expect = k3 * X**3 * np.array([0, 0.75, 0, 0.25, 0, 0])
+    np.testing.assert_allclose(G, expect, rtol=0, atol=1e-13 * k3 * X**3)
+
+
+def test_cubic_spring_phase_follows_the_motion():
+    """x = X sin wt (X_1 = -iX) -> k3 X^3 (3/4 sin wt - 1/4 sin 3wt)."""
+    k3, X = 2.0, 0.5
+    G, _ = harmonic_force(CubicSpring(("u",), k3=k3), [-1j * X, 0], F, (1, 3))
+    np.testing.assert_allclose(G, k3 * X**3 * np.array([-0.75j, 0.25j]), atol=1e-15)
+
+
+def test_friction_energy_per_cycle_tends_to_4_fc_x():
+    """Dissipated energy per cycle pi sum_k k Im(conj(R_k) G_k) -> 4 F_c X as v_s -> 0, the
+    error shrinking with the regularisation velocity."""
+    Fc, X = 0.8, 1e-3
+    omega = 2 * np.pi * F
+    errors = []
+    for eps in (1e-1, 1e-2, 1e-3):
+        e = Friction(("u",), force_limit=Fc, velocity_scale=eps * X * omega)
+        orders = (1,)
+        G, _ = harmonic_force(e, [X], F, orders, n_time=1 << 14)
+        W = np.pi * np.imag(np.conj(X) * G[0])
+        errors.append(abs(W - 4 * Fc * X) / (4 * Fc * X))
+    assert errors[0] > errors[1] > errors[2]
+    assert errors[2] < 1e-4
+
+
+def test_friction_opposes_velocity():
+    e = Friction(("u",), force_limit=2.0, velocity_scale=1e-3)
+    v = np.array([-1.0, -1e-6, 0.0, 1e-6, 1.0])
+    g = e.force(np.zeros_like(v), v)
+    assert np.all(np.sign(g) == np.sign(v))
+    assert g[-1] == pytest.approx(2.0)
+
+
+def test_contact_zero_gap_is_a_half_wave_one_sided_spring():
+    """Zero gap: g = k_c max(X cos, 0) = k_c X (1/pi + cos/2 + 2/(3 pi) cos 2 - 2/(15 pi) cos 4),
+    no odd harmonics above 1 (sampled AFT converges as 1/N^2 at the kinks)."""
+    kc, X = 3e4, 2e-3
+    orders = (0, 1, 2, 3, 4, 5)
+    expect = kc * X * np.array([1 / np.pi, 0.5, 2 / (3 * np.pi), 0, -2 / (15 * np.pi), 0])
+    G, _ = harmonic_force(Contact(("u",), gap=0.0, stiffness=kc), [0, X, 0, 0, 0, 0], F, orders, n_time=4096)
+    np.testing.assert_allclose(G, expect, rtol=0, atol=1e-6 * kc * X)
+
+
+def test_contact_with_gap_describing_function():
+    """First harmonic of k_c max(X cos - g, 0): k_c X (alpha - sin alpha cos alpha) / pi,
+    alpha = arccos(g / X); no force while |X| < gap; the stop below (side -1) mirrors it."""
+    kc, X, gap = 5e3, 1e-3, 4e-4
+    alpha = np.arccos(gap / X)
+    G, _ = harmonic_force(Contact(("u",), gap=gap, stiffness=kc), [X], F, (1,), n_time=1 << 14)
+    assert G[0].real == pytest.approx(kc * X * (alpha - np.sin(alpha) * np.cos(alpha)) / np.pi, rel=1e-6)
+    assert abs(G[0].imag) < 1e-9 * kc * X
+    G, _ = harmonic_force(Contact(("u",), gap=gap, stiffness=kc, side=-1.0), [X], F, (1,), n_time=1 << 14)
+    assert G[0].real == pytest.approx(kc * X * (alpha - np.sin(alpha) * np.cos(alpha)) / np.pi, rel=1e-6)
+    G, _ = harmonic_force(Contact(("u",), gap=gap, stiffness=kc), [0, 0.9 * gap], F, (0, 1))
+    assert np.all(G == 0)
+
+
+def test_contact_stiffness_to_infinity_holds_at_the_stop():
+    """An SDOF spring k pushed by a static force F0 onto a stop at the gap: HB gives
+    x = (F0 + k_c g) / (k + k_c) for every k_c, tending to the gap (rigid stop) with the
+    contact force F0 - k g as k_c -> infinity."""
+    k, F0, gap = 100.0, 2.0, 5e-3  # the free spring would go to 20 mm
+    sub = Substructure(generic([[1e-3]], [[0.0]], [[k]], ("x",)), ("x",))
+    prev = np.inf
+    for kc in (1e3, 1e5, 1e7, 1e9):
+        ns = NonlinearSubstructure(sub, [Contact(("x",), gap=gap, stiffness=kc)])
+        # the substructure is loaded by -F_P: F_P = -F0 pushes it up
+        sol = ns.solve(F, (0, 1), F_P=np.array([[-F0, 0.0]]))
+        x0 = sol.coefficients[0, 0].real
+        assert x0 == pytest.approx((F0 + kc * gap) / (k + kc), rel=1e-12)
+        assert abs(x0 - gap) < prev
+        prev = abs(x0 - gap)
+        assert abs(sol.coefficients[0, 1]) < 1e-15
+    assert prev < 1e-9 * gap * 1e3 and kc * (x0 - gap) == pytest.approx(F0 - k * gap, rel=1e-6)
+
+
+# -- the AFT Jacobian ----------------------------------------------------------------------
+
+
+def element_strategy():
+    cubic = st.builds(lambda k3: CubicSpring(("u",), k3=k3), st.floats(-1e9, 1e9))
+    friction = st.builds(
+        lambda fc, vs: Friction(("u",), force_limit=fc, velocity_scale=vs), st.floats(0.01, 10.0), st.floats(0.02, 1.0)
+    )
+    contact = st.builds(
+        lambda g, kc, side: Contact(("u",), gap=g, stiffness=kc, side=side),
+        st.floats(0.0, 1e-3),
+        st.floats(1.0, 1e6),
+        st.sampled_from([1.0, -1.0]),
+    )
+    return st.one_of(cubic, friction, contact)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    element=element_strategy(),
+    orders=st.sampled_from([(1,), (1, 3), (0, 1, 2, 3), (1, 2, 3, 5)]),
+    seed=st.integers(0, 2**31 - 1),
+    frequency=st.floats(1.0, 100.0),
+)
+def test_aft_jacobian_matches_finite_differences(element, orders, seed, frequency):
+    """The analytic AFT derivative equals central differences of the AFT force."""
+    rng = np.random.default_rng(seed)
+    p = harmonics.packed_size(orders)
+    x = 1e-3 * rng.standard_normal(p)
+    grid = aft_grid(orders)
+    omega = 2 * np.pi * frequency
+    g0, J = packed_force(element, x, omega, grid)
+    h = 1e-9
+    Jfd = np.empty((p, p))
+    for j in range(p):
+        dx = np.zeros(p)
+        dx[j] = h
+        Jfd[:, j] = (packed_force(element, x + dx, omega, grid)[0] - packed_force(element, x - dx, omega, grid)[0]) / (2 * h)
+    scale = np.abs(J).max() + np.abs(Jfd).max() + 1e-300
+    assert np.abs(J - Jfd).max() <= 1e-5 * scale
+
+
+# -- the substructures ---------------------------------------------------------------------
+
+
+def test_both_substructures_follow_the_protocol():
+    sub = ns_beam(8)
+    assert isinstance(LinearSubstructure(sub), NumericalSubstructure)
+    assert isinstance(NonlinearSubstructure(sub, [CubicSpring(("u8",), k3=1.0)]), NumericalSubstructure)
+
+
+def test_linear_substructure_is_d_inverse():
+    sub = ns_beam()
+    orders = np.array([1, 3])
+    FP = np.array([[0.01 + 0.002j, 1e-3j], [2e-3, 3e-4 - 1e-4j]])
+    fv = tip_force(sub)
+    r = LinearSubstructure(sub).interface_response(F, orders, FP, fv)
+    D = sub.harmonic_stiffness(F, orders)
+    Fe = np.zeros((2, 2), dtype=complex)
+    Fe[:, 0] = sub.condensed_force(fv, 2j * np.pi * F)
+    for i in range(2):
+        np.testing.assert_allclose(D[i] @ r.displacement[:, i], Fe[:, i] - FP[:, i], rtol=1e-10, atol=1e-14)
+    # dU/dF_P = -D^-1 (packed)
+    np.testing.assert_allclose(r.jacobian, -harmonics.real_operator(np.linalg.inv(D), orders), rtol=1e-13)
+
+
+@pytest.mark.parametrize("dofs", [[("u34",)], [("theta34",)], [("u34",), ("theta34",)]])
+def test_zero_nonlinearity_at_the_interface_equals_linear(dofs):
+    """Elements at the interface DOFs with zero coefficients: the harmonic balance gives the
+    linear answer to 1e-12 (same condensation)."""
+    sub = ns_beam()
+    orders = (1, 3)
+    FP = np.array([[0.01 + 0.002j, 1e-3j], [2e-3, 3e-4 - 1e-4j]])
+    fv = tip_force(sub)
+    lin = LinearSubstructure(sub).interface_response(F, orders, FP, fv)
+    els = [CubicSpring(d, k3=0.0) for d in dofs] + [Friction(dofs[0], force_limit=0.0), Contact(dofs[0], stiffness=0.0)]
+    nl = NonlinearSubstructure(sub, els).interface_response(F, orders, FP, fv)
+    assert np.abs(nl.displacement - lin.displacement).max() <= 1e-12 * np.abs(lin.displacement).max()
+    assert np.abs(nl.jacobian - lin.jacobian).max() <= 1e-12 * np.abs(lin.jacobian).max()
+
+
+def test_zero_nonlinearity_in_the_bulk_equals_linear():
+    """Zero elements on bulk DOFs (a two-node spring too): the condensation goes through the
+    active DOFs, so the answer agrees to the conditioning of this beam's condensation (its
+    dynamic stiffness has condition number ~1e9: two exact Schur routes differ by ~1e-10)."""
+    sub = ns_beam()
+    orders = (1, 3)
+    FP = np.array([[0.01 + 0.002j, 1e-3j], [2e-3, 3e-4 - 1e-4j]])
+    fv = tip_force(sub)
+    lin = LinearSubstructure(sub).interface_response(F, orders, FP, fv)
+    ns = NonlinearSubstructure(sub, [CubicSpring(("u20",), k3=0.0), CubicSpring(("theta10", "theta5"), k3=0.0)])
+    assert ns.active == ("u34", "theta34", "theta5", "theta10", "u20")
+    nl = ns.interface_response(F, orders, FP, fv)
+    assert np.abs(nl.displacement - lin.displacement).max() <= 1e-9 * np.abs(lin.displacement).max()
+    assert np.abs(nl.jacobian - lin.jacobian).max() <= 1e-9 * np.abs(lin.jacobian).max()
+
+
+def test_interface_jacobian_matches_finite_differences():
+    """dU_N/dF_P of the nonlinear substructure against central differences of its solutions."""
+    sub = ns_beam(10)
+    orders = (1, 3)
+    els = [CubicSpring(("u10",), k3=3e8), Friction(("u5",), force_limit=0.01, velocity_scale=5e-3), CubicSpring(("theta10", "theta4"), k3=20.0)]
+    ns = NonlinearSubstructure(sub, els)
+    fv = tip_force(sub)
+    FP = np.array([[0.01 + 0.002j, 1e-3j], [2e-3, 3e-4 - 1e-4j]])
+    base = ns.interface_response(F, orders, FP, fv)
+    p = harmonics.packed_size(orders)
+    x = harmonics.pack(FP, orders).reshape(-1)
+    J = np.empty((2 * p, 2 * p))
+    for j in range(2 * p):
+        h = 1e-6 * (0.01 if j < p else 1e-3)
+        cols = []
+        for sgn in (1, -1):
+            dx = np.zeros(2 * p)
+            dx[j] = sgn * h
+            r = ns.interface_response(F, orders, harmonics.unpack((x + dx).reshape(2, p), orders), fv, start=base.state)
+            cols.append(harmonics.pack(r.displacement, orders).reshape(-1))
+        J[:, j] = (cols[0] - cols[1]) / (2 * h)
+    np.testing.assert_allclose(base.jacobian, J, rtol=1e-5, atol=1e-6 * np.abs(J).max())
+    # and the cubic spring does change the answer (the test is not linear in disguise)
+    lin = LinearSubstructure(sub).interface_response(F, orders, FP, fv)
+    assert np.abs(base.displacement - lin.displacement).max() > 1e-2 * np.abs(lin.displacement).max()
+
+
+def periodic_time_response(sub, elements, fv, FP, orders, frequency, periods, fit_orders, method="Radau"):
+    """Integrate M q'' + C q' + K q + sum w g = f(t) - S^T f_P(t) from rest (Radau, tight
+    tolerances) for ``periods`` periods; harmonics of the interface DOFs over the last two."""
+    S = sub.structure
+    n = S.n_dof
+    Minv = np.linalg.inv(S.M)
+    idx = sub.interface_index
+    omega = 2 * np.pi * frequency
+    orders = np.asarray(orders)
+
+    FP = np.asarray(FP, dtype=complex)
+    kw = orders * omega
+
+    def forcing(t):
+        f = np.real(fv * np.exp(1j * omega * t))
+        f[idx] -= np.real(FP @ np.exp(1j * kw * t))
+        return f
+
+    edofs = [[S.index(d) for d in e.dofs] for e in elements]
+
+    def nl_force(q, v):
+        out = np.zeros(n)
+        for e, ix in zip(elements, edofs):
+            w = e.weights
+            r = np.array([w @ q[ix]])
+            rv = np.array([w @ v[ix]])
+            out[ix] += w * e.force(r, rv)[0]
+        return out
+
+    def rhs(t, y):
+        q, v = y[:n], y[n:]
+        return np.concatenate([v, Minv @ (forcing(t) - S.C @ v - S.K @ q - nl_force(q, v))])
+
+    def jac(t, y):
+        q, v = y[:n], y[n:]
+        Kt = S.K.copy()
+        Ct = S.C.copy()
+        for e, ix in zip(elements, edofs):
+            w = e.weights
+            dr, dv = e.gradient(np.array([w @ q[ix]]), np.array([w @ v[ix]]))
+            Kt[np.ix_(ix, ix)] += dr[0] * np.outer(w, w)
+            Ct[np.ix_(ix, ix)] += dv[0] * np.outer(w, w)
+        return np.block([[np.zeros((n, n)), np.eye(n)], [-Minv @ Kt, -Minv @ Ct]])
+
+    T = 1.0 / frequency
+    t_eval = np.linspace((periods - 2) * T, periods * T, 2 * 256 + 1)
+    sol = scipy.integrate.solve_ivp(rhs, (0.0, periods * T), np.zeros(2 * n), method=method, rtol=1e-10, atol=1e-14, t_eval=t_eval, **({"jac": jac} if method == "Radau" else {}))
+    assert sol.success
+    x = sol.y[idx]
+    return harmonics.fit(t_eval[:-1], x[:, :-1], frequency, fit_orders, n_periods=2)
+
+
+@pytest.mark.slow
+def test_nonlinear_beam_matches_long_time_integration():
+    """The beam with a hardening cubic spring at the interface node (and an interface force at
+    orders 1 and 3): harmonic balance with orders 1..9 odd equals the periodic steady state of
+    a long time integration from rest, harmonics 1 and 3 within 1e-4 of the first's size."""
+    sub = ns_beam(n_elements=4, zeta_mass=8.0)
+    els = [CubicSpring(("u4",), k3=1.5e9)]
+    orders = (1, 3, 5, 7, 9)
+    fv = tip_force(sub, 0.05)
+    FP = np.array([[0.01 + 0.004j, 0.002j, 0, 0, 0], [1e-4, 2e-4 - 1e-4j, 0, 0, 0]])
+    ns = NonlinearSubstructure(sub, els)
+    hb = ns.interface_response(F, orders, FP, fv)
+    lin = LinearSubstructure(sub).interface_response(F, orders, FP, fv)
+    # the spring matters: the first harmonic moves by several per cent
+    assert np.abs(hb.displacement[0, 0] - lin.displacement[0, 0]) > 0.03 * abs(lin.displacement[0, 0])
+    ref = periodic_time_response(sub, els, fv, FP, orders, F, periods=60, fit_orders=orders)
+    for i in range(2):
+        scale = abs(ref.coefficients[i, 0])
+        assert np.abs(hb.displacement[i, :2] - ref.coefficients[i, :2]).max() <= 1e-4 * scale
+
+
+def test_duffing_oscillator_matches_time_integration():
+    """A Duffing SDOF m x'' + c x' + k x + k3 x^3 = f cos wt - f_P(t) (below its resonance,
+    one periodic solution): harmonic balance with odd orders to 11 equals the periodic steady
+    state of a time integration from rest, harmonics 1 and 3 within 1e-4 of the first."""
+    m, k = 1.0, (2 * np.pi * 25.0) ** 2
+    c = 2 * 0.08 * np.sqrt(k * m)
+    sub = Substructure(generic([[m]], [[c]], [[k]], ("x",)), ("x",))
+    els = [CubicSpring(("x",), k3=2e5)]
+    orders = (1, 3, 5, 7, 9, 11)
+    fv = np.array([1000.0 + 0j])
+    FP = np.zeros((1, len(orders)), dtype=complex)
+    FP[0, 1] = 50.0j
+    hb = NonlinearSubstructure(sub, els).interface_response(F, orders, FP, fv)
+    lin = LinearSubstructure(sub).interface_response(F, orders, FP, fv)
+    assert abs(hb.displacement[0, 0] - lin.displacement[0, 0]) > 0.05 * abs(lin.displacement[0, 0])
+    ref = periodic_time_response(sub, els, fv, FP, orders, F, periods=50, fit_orders=orders, method="DOP853")
+    scale = abs(ref.coefficients[0, 0])
+    assert np.abs(hb.displacement[0, :2] - ref.coefficients[0, :2]).max() <= 1e-4 * scale
