@@ -351,3 +351,96 @@ def test_duffing_oscillator_matches_time_integration():
     ref = periodic_time_response(sub, els, fv, FP, orders, F, periods=50, fit_orders=orders, method="DOP853")
     scale = abs(ref.coefficients[0, 0])
     assert np.abs(hb.displacement[0, :2] - ref.coefficients[0, :2]).max() <= 1e-4 * scale
+
+
+# -- the sweep file ------------------------------------------------------------------------
+
+from pathlib import Path  # noqa: E402
+
+from hbtest.config import load_sweep  # noqa: E402
+from hbtest.errors import ConfigError  # noqa: E402
+
+PAPER = Path(__file__).resolve().parents[1] / "sweeps" / "paper-cantilever.toml"
+
+
+def paper_with(extra: str):
+    return load_sweep(PAPER, text=PAPER.read_text() + "\n" + extra)
+
+
+def test_linear_file_keeps_its_substructure():
+    cfg = load_sweep(PAPER)
+    assert cfg.numerical.nonlinear == () and cfg.numerical.is_linear
+    sub = cfg.numerical.substructure()
+    assert sub.structure.n_dof == 68 and sub.interface == ("u34", "theta34")
+    lin = cfg.numerical.numerical_substructure()
+    assert isinstance(lin, LinearSubstructure)
+    np.testing.assert_array_equal(lin.dynamic_stiffness(2j * np.pi * F), sub.dynamic_stiffness(2j * np.pi * F))
+
+
+def test_nonlinear_entries_are_parsed_in_si():
+    cfg = paper_with(
+        """
+[[numerical.nonlinear]]
+kind = "cubic_spring"
+position_mm = 170.0
+dof = "u"
+k3_n_per_m3 = 2.5e7
+
+[[numerical.nonlinear]]
+kind = "friction"
+position_mm = 100.0
+dof = "theta"
+moment_nm = 0.01
+velocity_scale_rad_per_s = 0.05
+
+[[numerical.nonlinear]]
+kind = "contact"
+position_mm = 152.5
+to_position_mm = 60.0
+dof = "u"
+gap_mm = 0.5
+stiffness_n_per_m = 1e5
+side = "negative"
+"""
+    )
+    nl = cfg.numerical.nonlinear
+    assert [e.kind for e in nl] == ["cubic_spring", "friction", "contact"]
+    assert dict(nl[0].params) == {"k3": 2.5e7} and nl[0].position == pytest.approx(0.17)
+    assert dict(nl[1].params) == {"force_limit": 0.01, "velocity_scale": 0.05}
+    assert dict(nl[2].params) == pytest.approx({"gap": 5e-4, "stiffness": 1e5, "side": -1.0})
+    assert nl[2].to_position == pytest.approx(0.06)
+    ns = cfg.numerical.numerical_substructure()
+    assert isinstance(ns, NonlinearSubstructure)
+    # 152.5 mm is off the 5 mm grid: the beam got a node there (one more element)
+    assert ns.structure.n_dof == 70 and ns.interface == ("u35", "theta35")
+    b = ns.structure
+    e = ns.elements
+    assert e[0].dofs == ("u35",) and e[0].k3 == 2.5e7
+    assert e[1].dofs == (f"theta{b.node_at(0.1)}",) and isinstance(e[1], Friction)
+    assert e[2].dofs == (f"u{b.node_at(0.1525)}", f"u{b.node_at(0.06)}") and e[2].side == -1.0
+    # linear files are not changed by the node insertion machinery
+    assert load_sweep(PAPER).numerical.substructure().structure.n_dof == 68
+
+
+@pytest.mark.parametrize(
+    "entry, key, words",
+    [
+        ('kind = "glue"\nposition_mm = 170.0\ndof = "u"', "kind", "must be one of"),
+        ('kind = "cubic_spring"\nposition_mm = 171.0\ndof = "u"\nk3_n_per_m3 = 1.0', "position_mm", "outside"),
+        ('kind = "cubic_spring"\nposition_mm = 0.0\ndof = "theta"\nk3_nm_per_rad3 = 1.0', "position_mm", "fixes theta"),
+        ('kind = "cubic_spring"\nposition_mm = 170.0\ndof = "u"', "k3_n_per_m3", "missing"),
+        ('kind = "cubic_spring"\nposition_mm = 170.0\ndof = "theta"\nk3_n_per_m3 = 1.0', "k3_n_per_m3", "use k3_nm_per_rad3"),
+        ('kind = "cubic_spring"\nposition_mm = 170.0\ndof = "w"\nk3_n_per_m3 = 1.0', "dof", "must be one of"),
+        ('kind = "friction"\nposition_mm = 170.0\ndof = "u"\nforce_n = 1.0\nvelocity_scale_m_per_s = 0.0', "velocity_scale_m_per_s", "positive"),
+        ('kind = "contact"\nposition_mm = 170.0\ndof = "u"\ngap_mm = -1.0\nstiffness_n_per_m = 1.0', "gap_mm", ""),
+        ('kind = "contact"\nposition_mm = 170.0\ndof = "u"\ngap_mm = 1.0\nstiffness_n_per_m = 1.0\nside = "up"', "side", "must be one of"),
+        ('kind = "cubic_spring"\nposition_mm = 170.0\nto_position_mm = 170.0\ndof = "u"\nk3_n_per_m3 = 1.0', "to_position_mm", "must differ"),
+        ('kind = "cubic_spring"\nposition_mm = 170.0\ndof = "u"\nk3_n_per_m3 = 1.0\nspeed = 3', "speed", "unknown key"),
+    ],
+)
+def test_bad_nonlinear_entries_name_file_and_key(entry, key, words):
+    with pytest.raises(ConfigError) as ei:
+        paper_with("[[numerical.nonlinear]]\n" + entry)
+    e = ei.value
+    assert e.source == str(PAPER) and e.key == f"numerical.nonlinear[0].{key}"
+    assert words in e.problem
