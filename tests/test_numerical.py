@@ -444,3 +444,42 @@ def test_bad_nonlinear_entries_name_file_and_key(entry, key, words):
     e = ei.value
     assert e.source == str(PAPER) and e.key == f"numerical.nonlinear[0].{key}"
     assert words in e.problem
+
+
+# -- the point loop's numerical side -------------------------------------------------------
+
+from hbtest.point import NumericalSide  # noqa: E402
+
+
+def test_numerical_side_is_unchanged_for_a_linear_substructure():
+    cfg = load_sweep(PAPER)
+    sub = cfg.numerical.substructure()
+    fv = cfg.excitation.force_vector(sub)
+    FP = np.array([[0.01 + 0.002j, 1e-3j], [2e-3, 3e-4 - 1e-4j]])
+    old = NumericalSide.build(sub, fv, F, (1, 3))
+    new = NumericalSide.build(cfg.numerical.numerical_substructure(), fv, F, (1, 3))
+    assert old.is_linear and new.is_linear
+    np.testing.assert_array_equal(old.numerical_displacement(FP), new.numerical_displacement(FP))
+    np.testing.assert_array_equal(old.D, new.D)
+    lin = LinearSubstructure(sub).interface_response(F, (1, 3), FP, fv)
+    np.testing.assert_allclose(old.numerical_displacement(FP), lin.displacement, rtol=1e-14)
+    np.testing.assert_allclose(old.displacement_jacobian(), lin.jacobian, rtol=1e-13)
+
+
+def test_numerical_side_dispatches_to_a_nonlinear_substructure():
+    cfg = paper_with('[[numerical.nonlinear]]\nkind = "cubic_spring"\nposition_mm = 170.0\ndof = "u"\nk3_n_per_m3 = 1e9')
+    ns = cfg.numerical.numerical_substructure()
+    fv = cfg.excitation.force_vector(ns)
+    orders = (1, 3)
+    num = NumericalSide.build(ns, fv, F, orders)
+    assert not num.is_linear
+    lin = NumericalSide.build(cfg.numerical.substructure(), fv, F, orders)
+    np.testing.assert_array_equal(num.D, lin.D)
+    np.testing.assert_array_equal(num.F_e, lin.F_e)
+    for FP in (np.array([[0.01 + 0.002j, 1e-3j], [2e-3, 3e-4 - 1e-4j]]), np.array([[0.012, 0], [1e-3j, 0]])):
+        ref = ns.interface_response(F, orders, FP, fv)
+        np.testing.assert_allclose(num.numerical_displacement(FP), ref.displacement, rtol=1e-10, atol=1e-16)
+        np.testing.assert_allclose(num.displacement_jacobian(FP), ref.jacobian, rtol=1e-8, atol=1e-12 * np.abs(ref.jacobian).max())
+        assert np.abs(num.numerical_displacement(FP) - lin.numerical_displacement(FP)).max() > 1e-3 * np.abs(ref.displacement).max()
+    with pytest.raises(ValueError):
+        num.displacement_jacobian()
