@@ -483,3 +483,117 @@ def test_numerical_side_dispatches_to_a_nonlinear_substructure():
         assert np.abs(num.numerical_displacement(FP) - lin.numerical_displacement(FP)).max() > 1e-3 * np.abs(ref.displacement).max()
     with pytest.raises(ValueError):
         num.displacement_jacobian()
+
+
+# -- response curves through folds ---------------------------------------------------------
+
+from scipy.optimize import minimize_scalar  # noqa: E402
+
+from hbtest.config import load_rig  # noqa: E402
+from hbtest.numerical import ContinuationSettings, trace_response  # noqa: E402
+from hbtest.substructure import join_beams  # noqa: E402
+
+
+def duffing_single_harmonic_folds(m, c, k, k3, f0):
+    """Fold frequencies [Hz] of the one-harmonic Duffing curve, from its closed form
+    ``((k + 3/4 k3 A^2 - m w^2)^2 + (c w)^2) A^2 = f0^2``: the local extrema of w(A) on the
+    upper root (found by bounded minimisation, independent of the continuation)."""
+
+    def w_upper(A):
+        kp = k + 0.75 * k3 * A * A
+        a, b, cc = m * m, c * c - 2 * kp * m, kp * kp - (f0 / A) ** 2
+        d = b * b - 4 * a * cc
+        return np.sqrt((-b + np.sqrt(d)) / (2 * a)) / (2 * np.pi) if d >= 0 else np.nan
+
+    A = np.linspace(1e-3, 2.0, 20001)
+    w = np.array([w_upper(a) for a in A])
+    ok = np.isfinite(w)
+    dw = np.sign(np.diff(np.where(ok, w, 0.0)))
+    out = []
+    for i in np.flatnonzero((dw[1:] != dw[:-1]) & ok[1:-1] & ok[:-2] & ok[2:]) + 1:
+        sgn = 1.0 if w[i] < w[i - 1] else -1.0  # minimum or maximum
+        r = minimize_scalar(lambda a: sgn * w_upper(a), bounds=(A[i - 1], A[i + 1]), method="bounded", options={"xatol": 1e-14})
+        out.append(w_upper(r.x))
+    return sorted(out)
+
+
+def test_continuation_passes_both_folds_of_a_duffing_oscillator():
+    m, k, k3, f0 = 1.0, (2 * np.pi * 10.0) ** 2, 5e4, 100.0
+    c = 2 * 0.02 * np.sqrt(k * m)
+    sub = Substructure(generic([[m]], [[c]], [[k]], ("x",)), ("x",))
+    ns = NonlinearSubstructure(sub, [CubicSpring(("x",), k3=k3)])
+    cur = trace_response(ns, 9.0, 17.0, (1,), np.array([f0 + 0j]), settings=ContinuationSettings(max_step=0.2))
+    expect = duffing_single_harmonic_folds(m, c, k, k3, f0)
+    assert len(expect) == 2 and len(cur.folds_hz) == 2
+    # met in order: the upper fold (peak) first, then the jump-up fold on the way back
+    np.testing.assert_allclose(sorted(cur.folds_hz), expect, rtol=1e-8)
+    assert cur.folds_hz[0] > cur.folds_hz[1]
+    # the curve left the band at the top after passing both folds, and stays on the HB curve
+    assert cur.frequencies_hz[-1] > 17.0
+    i = len(cur.frequencies_hz) // 2
+    sol = ns.solve(cur.frequencies_hz[i], (1,), force_vector=np.array([f0 + 0j]), start=cur.states[i])
+    np.testing.assert_allclose(sol.state, cur.states[i], rtol=1e-8, atol=1e-12)
+
+
+def cubic_interface_reference():
+    """The emulated structure of sweeps/cubic-interface.toml: numerical root + the rig file's
+    physical tip joined, the cubic spring and the force at the 170 mm node."""
+    cfg = load_sweep(PAPER.parent / "cubic-interface.toml")
+    rig = load_rig(cfg.rig_path, cfg.rig_overrides)
+    ns = cfg.numerical.substructure()
+    L = cfg.numerical.beam.length
+    tip = Substructure(rig.physical.build(left="free", right="free", x_offset=L), ("u0", "theta0"))
+    full = join_beams(ns, tip)
+    j = full.node_at(L)
+    sub = Substructure(full, (f"u{j}", f"theta{j}"))
+    elements = tuple(e.build(full) for e in cfg.numerical.nonlinear)
+    fv = np.zeros(full.n_dof, dtype=complex)
+    fv[full.index(f"u{j}")] = cfg.excitation.amplitude
+    return cfg, NonlinearSubstructure(sub, elements), fv
+
+
+@pytest.mark.slow
+def test_cubic_interface_sweep_has_both_folds_in_its_band():
+    """The reference sweep's emulated structure, harmonics 1 and 3: a hardening mode 2 with
+    both folds inside the sweep band (19.0586 and 19.5297 Hz, as its header says)."""
+    cfg, ns, fv = cubic_interface_reference()
+    assert ns.elements[0].dofs == (f"u{ns.structure.node_at(0.17)}",)
+    cur = trace_response(ns, cfg.sweep.start_hz, cfg.sweep.stop_hz, cfg.sweep.harmonics, fv, settings=ContinuationSettings(max_step=0.2))
+    assert len(cur.folds_hz) == 2
+    lo, hi = sorted(cur.folds_hz)
+    assert cfg.sweep.start_hz < lo < hi < cfg.sweep.stop_hz
+    assert lo == pytest.approx(19.0586, abs=1e-4) and hi == pytest.approx(19.5297, abs=1e-4)
+
+
+def test_a_perfect_hybrid_coupling_reproduces_the_joined_nonlinear_structure():
+    """Couple the nonlinear numerical side (sweeps/cubic-interface.toml) to the linear tip
+    through the protocol, as a perfect rig would (F_P = D_P U): Newton on U - U_N(D_P U) with
+    the Jacobian I - (dU_N/dF_P) D_P converges to the harmonic balance of the joined
+    structure, at a frequency between the folds (three solutions: start near the one found)."""
+    cfg, full_ns, fv_full = cubic_interface_reference()
+    orders = cfg.sweep.harmonics
+    f = 19.3
+    ref = full_ns.solve(f, orders, force_vector=fv_full)
+    U_ref = ref.coefficients[:2]
+    assert abs(U_ref[0, 0]) > 1e-4 and abs(U_ref[0, 1]) > 1e-3 * abs(U_ref[0, 0])
+    ns = cfg.numerical.numerical_substructure()
+    fv = cfg.excitation.force_vector(ns)
+    rig = load_rig(cfg.rig_path, cfg.rig_overrides)
+    tip = Substructure(rig.physical.build(left="free", right="free", x_offset=cfg.numerical.beam.length), ("u0", "theta0"))
+    DP = tip.harmonic_stiffness(f, orders)
+    DPr = harmonics.real_operator(DP, orders)
+    p = harmonics.packed_size(orders)
+    u = harmonics.pack(U_ref * 1.02, orders).reshape(-1)
+    state = None
+    for _ in range(30):
+        U = harmonics.unpack(u.reshape(2, p), orders)
+        F_P = np.einsum("kij,jk->ik", DP, U)
+        r = ns.interface_response(f, orders, F_P, fv, start=state)
+        state = r.state
+        R = u - harmonics.pack(r.displacement, orders).reshape(-1)
+        du = np.linalg.solve(np.eye(2 * p) - r.jacobian @ DPr, -R)
+        u = u + du
+        if np.abs(du).max() < 1e-13 * np.abs(u).max():
+            break
+    U = harmonics.unpack(u.reshape(2, p), orders)
+    np.testing.assert_allclose(U, U_ref, rtol=0, atol=1e-8 * np.abs(U_ref).max())

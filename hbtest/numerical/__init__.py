@@ -23,10 +23,13 @@ from .elements import (
     packed_force,
     register_element,
 )
+from .continuation import ContinuationSettings, ResponseCurve, trace_response
 from .linear import LinearSubstructure, external_interface_force
 from .nonlinear import (
     LINE_SEARCH_HALVINGS,
     NEWTON_MAX_ITERATIONS,
+    NEWTON_NOISE_FLOOR,
+    NEWTON_STAGNATION,
     NEWTON_TOLERANCE,
     HarmonicBalanceSolution,
     NonlinearSubstructure,
@@ -35,7 +38,8 @@ from .nonlinear import (
 __all__ = [
     "NumericalSubstructure", "InterfaceResponse", "HarmonicBalanceError",
     "LinearSubstructure", "external_interface_force",
-    "NonlinearSubstructure", "HarmonicBalanceSolution", "NEWTON_TOLERANCE", "NEWTON_MAX_ITERATIONS", "LINE_SEARCH_HALVINGS",
+    "trace_response", "ResponseCurve", "ContinuationSettings",
+    "NonlinearSubstructure", "HarmonicBalanceSolution", "NEWTON_TOLERANCE", "NEWTON_NOISE_FLOOR", "NEWTON_STAGNATION", "NEWTON_MAX_ITERATIONS", "LINE_SEARCH_HALVINGS",
     "Element", "Param", "CubicSpring", "Friction", "Contact", "ELEMENT_KINDS", "register_element", "create_element",
     "AFTGrid", "aft_grid", "harmonic_force", "packed_force", "MIN_TIME_SAMPLES", "TIME_SAMPLES_PER_ORDER",
 ]

@@ -32,12 +32,18 @@ from .base import HarmonicBalanceError, InterfaceResponse
 from .elements import AFTGrid, Element, aft_grid, packed_force
 from .linear import external_interface_force
 
-__all__ = ["NonlinearSubstructure", "HarmonicBalanceSolution", "NEWTON_TOLERANCE", "NEWTON_MAX_ITERATIONS", "LINE_SEARCH_HALVINGS"]
+__all__ = ["NonlinearSubstructure", "HarmonicBalanceSolution", "NEWTON_TOLERANCE", "NEWTON_NOISE_FLOOR", "NEWTON_STAGNATION", "NEWTON_MAX_ITERATIONS", "LINE_SEARCH_HALVINGS"]
 
 #: Newton stops when the step is below this fraction of the solution (max norm)
 NEWTON_TOLERANCE = 1e-12
+#: ... or when a step below this fraction no longer contracts (by NEWTON_STAGNATION): the
+#: rounding noise floor of an ill-conditioned condensation (a long beam near resonance)
+NEWTON_NOISE_FLOOR = 1e-8
+NEWTON_STAGNATION = 0.5
 #: Newton iterations before :class:`HarmonicBalanceError`
 NEWTON_MAX_ITERATIONS = 100
+#: frequencies whose condensed operators are kept (a point and its frequency differences)
+OPERATOR_CACHE_SIZE = 8
 #: backtracking halvings of a Newton step that does not reduce the residual
 LINE_SEARCH_HALVINGS = 30
 
@@ -119,9 +125,9 @@ class NonlinearSubstructure:
         signature (the point loop asks many times at one frequency)."""
         fv = np.asarray(force_vector, dtype=complex)
         key = (float(frequency_hz), tuple(orders.tolist()), fv.tobytes())
-        hit = self._cache.get("ops")
-        if hit is not None and hit[0] == key:
-            return hit[1]
+        ops_cache = self._cache.setdefault("ops", {})
+        if key in ops_cache:
+            return ops_cache[key]
         s = 2j * np.pi * frequency_hz * orders
         if len(self.active) == len(self.interface):  # the interface condensation, same numbers
             D_A = self.substructure.dynamic_stiffness(s)
@@ -131,7 +137,9 @@ class NonlinearSubstructure:
             D_A = condense(self.structure.dynamic_stiffness(s), self.active_index)
             F_A = external_interface_force(sub, fv, frequency_hz, orders)
         ops = (harmonics.real_operator(D_A, orders), harmonics.pack(F_A, orders).reshape(-1), aft_grid(orders, self.n_time))
-        self._cache["ops"] = (key, ops)
+        if len(ops_cache) >= OPERATOR_CACHE_SIZE:
+            ops_cache.pop(next(iter(ops_cache)))
+        ops_cache[key] = ops
         return ops
 
     def _residual(self, x, Dr, b, grid: AFTGrid, omega: float, p: int, jacobian: bool):
@@ -168,6 +176,7 @@ class NonlinearSubstructure:
             raise ValueError(f"start must have {nA * p} packed entries, got {x.shape}")
         R, J = self._residual(x, Dr, b, grid, omega, p, True)
         rn = np.linalg.norm(R)
+        prev = np.inf
         for it in range(1, self.max_iterations + 1):
             dx = np.linalg.solve(J, -R)
             step = 1.0
@@ -178,7 +187,12 @@ class NonlinearSubstructure:
                     break
                 step *= 0.5
             x, R, J, rn = xn, Rn, Jn, np.linalg.norm(Rn)
-            if step * np.abs(dx).max() <= self.tolerance * max(np.abs(x).max(), np.finfo(float).tiny):
+            size, xmax = step * np.abs(dx).max(), max(np.abs(x).max(), np.finfo(float).tiny)
+            # converged: a step below the tolerance, or one at the rounding noise floor of an
+            # ill-conditioned condensation that no longer contracts
+            at_floor = size <= NEWTON_NOISE_FLOOR * xmax and size >= NEWTON_STAGNATION * prev
+            prev = size
+            if size <= self.tolerance * xmax or at_floor:
                 return HarmonicBalanceSolution(self.active, orders, harmonics.unpack(x.reshape(nA, p), orders), x, J, it, float(np.abs(R).max()))
         raise HarmonicBalanceError(
             f"harmonic balance at {frequency_hz:g} Hz did not converge in {self.max_iterations} Newton iterations"
