@@ -597,3 +597,51 @@ def test_a_perfect_hybrid_coupling_reproduces_the_joined_nonlinear_structure():
             break
     U = harmonics.unpack(u.reshape(2, p), orders)
     np.testing.assert_allclose(U, U_ref, rtol=0, atol=1e-8 * np.abs(U_ref).max())
+
+
+@pytest.mark.parametrize("bulk", [False, True])
+def test_interface_force_inverts_interface_response(bulk):
+    """interface_force(U_N(F_P)) = F_P, and its Jacobian is the inverse of dU_N/dF_P; for a
+    linear substructure it is F_e - D_N U."""
+    sub = ns_beam(12)
+    orders = (1, 3)
+    els = [CubicSpring(("u12",), k3=1e9)] + ([Friction(("u6",), force_limit=0.02, velocity_scale=5e-3), CubicSpring(("theta12", "theta3"), k3=50.0)] if bulk else [])
+    ns = NonlinearSubstructure(sub, els)
+    fv = tip_force(sub)
+    FP = np.array([[0.01 + 0.002j, 1e-3j], [2e-3, 3e-4 - 1e-4j]])
+    r = ns.interface_response(F, orders, FP, fv)
+    back = ns.interface_force(F, orders, r.displacement, fv)
+    np.testing.assert_allclose(back.displacement, FP, rtol=0, atol=1e-9 * np.abs(FP).max())
+    np.testing.assert_allclose(back.jacobian @ r.jacobian, np.eye(r.jacobian.shape[0]), atol=1e-7)
+    lin = LinearSubstructure(sub)
+    U = lin.interface_response(F, orders, FP, fv).displacement
+    fl = lin.interface_force(F, orders, U, fv)
+    np.testing.assert_allclose(fl.displacement, FP, rtol=0, atol=1e-9 * np.abs(FP).max())
+
+
+def test_numerical_side_force_form():
+    """force_residual is the loop's D_N U + F_P - F_e when linear; for a nonlinear side it
+    vanishes at (U_N(F_P), F_P) and its Jacobian matches central differences."""
+    cfg = load_sweep(PAPER.parent / "cubic-interface.toml")
+    orders = cfg.sweep.harmonics
+    FP = np.array([[0.01 + 0.002j, 1e-3j], [2e-3, 3e-4 - 1e-4j]])
+    sub = cfg.numerical.substructure()
+    lin = NumericalSide.build(sub, cfg.excitation.force_vector(sub), F, orders)
+    U = np.array([[1e-4 - 2e-5j, 3e-6j], [8e-4, 1e-5 - 2e-6j]])
+    np.testing.assert_allclose(lin.force_residual(U, FP), np.einsum("kij,jk->ik", lin.D, U) + FP - lin.F_e, rtol=1e-15)
+    np.testing.assert_allclose(lin.force_residual_jacobian(), harmonics.real_operator(lin.D, orders), rtol=1e-15)
+    ns = cfg.numerical.numerical_substructure()
+    num = NumericalSide.build(ns, cfg.excitation.force_vector(ns), F, orders)
+    UN = num.numerical_displacement(FP)
+    assert np.abs(num.force_residual(UN, FP)).max() < 1e-10 * np.abs(FP).max()
+    J = num.force_residual_jacobian(U)
+    p = harmonics.packed_size(orders)
+    u0 = harmonics.pack(U, orders).reshape(-1)
+    Jfd = np.empty_like(J)
+    for j in range(2 * p):
+        h = 1e-6 * np.abs(u0).max()
+        cols = [harmonics.pack(num.force_residual(harmonics.unpack((u0 + s * h * np.eye(2 * p)[j]).reshape(2, p), orders), FP), orders).reshape(-1) for s in (1, -1)]
+        Jfd[:, j] = (cols[0] - cols[1]) / (2 * h)
+    np.testing.assert_allclose(J, Jfd, rtol=1e-6, atol=1e-6 * np.abs(J).max())
+    with pytest.raises(ValueError):
+        num.force_residual_jacobian()

@@ -62,3 +62,13 @@ class LinearSubstructure:
         F_e = external_interface_force(self.substructure, force_vector, frequency_hz, orders)
         U = np.einsum("kij,jk->ik", Dinv, F_e - np.asarray(F_P))
         return InterfaceResponse(U, -harmonics.real_operator(Dinv, orders))
+
+    def interface_force(self, frequency_hz, orders, U, force_vector, start=None) -> InterfaceResponse:
+        """The interface force for which the interface displacement is ``U``:
+        ``F_P = F_e - D_N U``, and ``dF_P/dU = -D_N`` (packed); see
+        :meth:`hbtest.numerical.NonlinearSubstructure.interface_force`."""
+        orders = np.atleast_1d(np.asarray(orders, dtype=int))
+        D = self.dynamic_stiffness(2j * np.pi * frequency_hz * orders)
+        F_e = external_interface_force(self.substructure, force_vector, frequency_hz, orders)
+        F = F_e - np.einsum("kij,jk->ik", D, np.asarray(U))
+        return InterfaceResponse(F, -harmonics.real_operator(D, orders))

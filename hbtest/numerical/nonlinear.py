@@ -174,7 +174,12 @@ class NonlinearSubstructure:
         x = np.linalg.solve(Dr, b) if start is None else np.array(start, dtype=float)
         if x.shape != (nA * p,):
             raise ValueError(f"start must have {nA * p} packed entries, got {x.shape}")
-        R, J = self._residual(x, Dr, b, grid, omega, p, True)
+        x, R, J, it = self._newton(lambda y: self._residual(y, Dr, b, grid, omega, p, True), x, frequency_hz)
+        return HarmonicBalanceSolution(self.active, orders, harmonics.unpack(x.reshape(nA, p), orders), x, J, it, float(np.abs(R).max()))
+
+    def _newton(self, fun, x, frequency_hz):
+        """Damped Newton on ``fun(x) -> (R, dR/dx)``: (x, R, J, iterations)."""
+        R, J = fun(x)
         rn = np.linalg.norm(R)
         prev = np.inf
         for it in range(1, self.max_iterations + 1):
@@ -182,7 +187,7 @@ class NonlinearSubstructure:
             step = 1.0
             for _ in range(LINE_SEARCH_HALVINGS):
                 xn = x + step * dx
-                Rn, Jn = self._residual(xn, Dr, b, grid, omega, p, True)
+                Rn, Jn = fun(xn)
                 if np.linalg.norm(Rn) < rn or step * np.abs(dx).max() <= self.tolerance * np.abs(xn).max():
                     break
                 step *= 0.5
@@ -193,7 +198,7 @@ class NonlinearSubstructure:
             at_floor = size <= NEWTON_NOISE_FLOOR * xmax and size >= NEWTON_STAGNATION * prev
             prev = size
             if size <= self.tolerance * xmax or at_floor:
-                return HarmonicBalanceSolution(self.active, orders, harmonics.unpack(x.reshape(nA, p), orders), x, J, it, float(np.abs(R).max()))
+                return x, R, J, it
         raise HarmonicBalanceError(
             f"harmonic balance at {frequency_hz:g} Hz did not converge in {self.max_iterations} Newton iterations"
             f" (residual {np.abs(R).max():.3g})"
@@ -207,3 +212,33 @@ class NonlinearSubstructure:
         rhs[: ni * p] = -np.eye(ni * p)
         jac = np.linalg.solve(sol.tangent, rhs)[: ni * p]
         return InterfaceResponse(sol.coefficients[:ni], jac, sol.state, sol.iterations)
+
+    def interface_force(self, frequency_hz, orders, U, force_vector, start=None) -> InterfaceResponse:
+        """The inverse question (force form of the residual): the interface force ``F_P``
+        (n_interface, n_orders) for which the substructure's interface displacement is ``U``,
+        and ``d pack(F_P) / d pack(U)`` (packed). Bulk active DOFs are solved by harmonic
+        balance with the interface prescribed; for a linear substructure this is
+        ``F_e - D_N U``. Returned as an :class:`InterfaceResponse` whose ``displacement`` holds
+        the force [N, N m] and ``jacobian`` the derivative; ``state``: the bulk active DOFs."""
+        orders = np.atleast_1d(np.asarray(orders, dtype=int))
+        p = harmonics.packed_size(orders)
+        nA, ni = len(self.active), len(self.interface)
+        n_i = ni * p
+        fv = np.zeros(self.structure.n_dof, dtype=complex) if force_vector is None else force_vector
+        Dr, bF, grid = self._operators(frequency_hz, orders, fv)
+        omega = 2 * np.pi * frequency_hz
+        u = harmonics.pack(np.asarray(U), orders).reshape(-1)
+        if nA > ni:
+            def bulk(y):
+                R, J = self._residual(np.concatenate([u, y]), Dr, bF, grid, omega, p, True)
+                return R[n_i:], J[n_i:, n_i:]
+
+            y0 = np.linalg.solve(Dr[n_i:, n_i:], bF[n_i:] - Dr[n_i:, :n_i] @ u) if start is None else np.array(start, dtype=float)
+            y, _, _, it = self._newton(bulk, y0, frequency_hz)
+        else:
+            y, it = np.zeros(0), 0
+        R, J = self._residual(np.concatenate([u, y]), Dr, bF, grid, omega, p, True)
+        # R_i = (D x + f_nl - F_A)_i + F_P = 0 at the balance, so F_P = -R_i(F_P = 0)
+        F = -R[:n_i]
+        dF = -(J[:n_i, :n_i] - J[:n_i, n_i:] @ np.linalg.solve(J[n_i:, n_i:], J[n_i:, :n_i])) if nA > ni else -J[:n_i, :n_i]
+        return InterfaceResponse(harmonics.unpack(F.reshape(ni, p), orders), dF, y, it)

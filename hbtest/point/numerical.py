@@ -94,3 +94,31 @@ class NumericalSide:
         if F_P is None:
             raise ValueError("a nonlinear substructure's Jacobian depends on F_P: pass it")
         return self._response(F_P).jacobian
+
+    # -- force form ------------------------------------------------------------------------
+    def _force(self, U_P: np.ndarray):
+        U_P = np.asarray(U_P, dtype=complex)
+        key = U_P.tobytes()
+        if self._last.get("force_key") == key:
+            return self._last["force"]
+        r = self.substructure.interface_force(self.frequency_hz, self.orders, U_P, self.force_vector, start=self._last.get("force_state"))
+        self._last.update(force_key=key, force=r, force_state=r.state if r.state is not None and r.state.size else None)
+        return r
+
+    def force_residual(self, U_P: np.ndarray, F_P: np.ndarray) -> np.ndarray:
+        """Force-form residual (2, n_orders) [N, N m]: ``F_P - F_P*(U_P)`` with ``F_P*(U)`` the
+        interface force under which the numerical substructure moves by ``U``; for a linear
+        substructure ``D_N U_P + F_P - F_e`` (the loop's force form today)."""
+        if self.is_linear:
+            return np.einsum("kij,jk->ik", self.D, U_P) + F_P - self.F_e
+        return np.asarray(F_P) - self._force(U_P).displacement
+
+    def force_residual_jacobian(self, U_P: np.ndarray | None = None) -> np.ndarray:
+        """``d pack(force_residual) / d pack(U_P)`` (2p, 2p): ``D_N`` (packed) for a linear
+        substructure, ``-dF_P*/dU`` at ``U_P`` for a nonlinear one (the derivative with
+        respect to ``F_P`` is the identity)."""
+        if self.is_linear:
+            return harmonics.real_operator(self.D, self.orders)
+        if U_P is None:
+            raise ValueError("a nonlinear substructure's force Jacobian depends on U_P: pass it")
+        return -self._force(U_P).jacobian
