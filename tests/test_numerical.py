@@ -645,3 +645,18 @@ def test_numerical_side_force_form():
     np.testing.assert_allclose(J, Jfd, rtol=1e-6, atol=1e-6 * np.abs(J).max())
     with pytest.raises(ValueError):
         num.force_residual_jacobian()
+
+
+def test_newton_failure_falls_back_to_the_load_path():
+    """A lightly damped Duffing oscillator forced at its linear resonance: the linear start is
+    far too large and Newton needs many iterations; with fewer allowed, the solver follows the
+    branch from zero load (pseudo-arclength in the load factor) and gets the same answer."""
+    m, k = 1.0, (2 * np.pi * 10.0) ** 2
+    c = 2 * 0.001 * np.sqrt(k * m)
+    sub = Substructure(generic([[m]], [[c]], [[k]], ("x",)), ("x",))
+    els = [CubicSpring(("x",), k3=1e6)]
+    fv = np.array([50.0 + 0j])
+    ref = NonlinearSubstructure(sub, els).solve(10.0, (1, 3), force_vector=fv)
+    assert ref.iterations > 8
+    short = NonlinearSubstructure(sub, els, max_iterations=8).solve(10.0, (1, 3), force_vector=fv)
+    np.testing.assert_allclose(short.coefficients, ref.coefficients, rtol=1e-9, atol=1e-12 * np.abs(ref.coefficients).max())

@@ -42,6 +42,13 @@ NEWTON_NOISE_FLOOR = 1e-8
 NEWTON_STAGNATION = 0.5
 #: Newton iterations before :class:`HarmonicBalanceError`
 NEWTON_MAX_ITERATIONS = 100
+#: load-path continuation (the fallback when Newton fails): arclength steps in scaled units
+LOAD_STEP_INITIAL = 0.05
+LOAD_STEP_MIN = 1e-8
+LOAD_STEP_MAX = 0.5
+LOAD_STEP_GROW = 1.5
+LOAD_EASY_ITERATIONS = 4
+LOAD_MAX_STEPS = 5000
 #: frequencies whose condensed operators are kept (a point and its frequency differences)
 OPERATOR_CACHE_SIZE = 8
 #: backtracking halvings of a Newton step that does not reduce the residual
@@ -174,8 +181,58 @@ class NonlinearSubstructure:
         x = np.linalg.solve(Dr, b) if start is None else np.array(start, dtype=float)
         if x.shape != (nA * p,):
             raise ValueError(f"start must have {nA * p} packed entries, got {x.shape}")
-        x, R, J, it = self._newton(lambda y: self._residual(y, Dr, b, grid, omega, p, True), x, frequency_hz)
+        fun = lambda y: self._residual(y, Dr, b, grid, omega, p, True)  # noqa: E731
+        try:
+            x, R, J, it = self._newton(fun, x, frequency_hz)
+        except HarmonicBalanceError:
+            # globalise: follow the solution branch from zero load to the full load by
+            # pseudo-arclength in (x, load factor), through folds of the load
+            x0 = self._load_path(Dr, b, grid, omega, p, frequency_hz)
+            x, R, J, it = self._newton(fun, x0, frequency_hz)
         return HarmonicBalanceSolution(self.active, orders, harmonics.unpack(x.reshape(nA, p), orders), x, J, it, float(np.abs(R).max()))
+
+    def _load_path(self, Dr, b, grid, omega, p, frequency_hz) -> np.ndarray:
+        """A state at full load on the branch that starts at rest under zero load:
+        ``R(x, lam) = D x + f_nl(x) - lam b`` traced by pseudo-arclength in
+        ``z = (x / x_scale, lam)`` (``dR/dlam = -b`` exactly) until ``lam`` passes 1."""
+        n = b.size
+        xs = max(np.abs(np.linalg.solve(Dr, b)).max(), np.finfo(float).tiny)
+
+        def jac(z):
+            R, J = self._residual(z[:n] * xs, Dr, z[n] * b, grid, omega, p, True)
+            return R, np.hstack([J * xs, -b[:, None]])
+
+        def tangent(z, prev):
+            _, A = jac(z)
+            t = np.linalg.solve(np.vstack([A, prev[None, :]]), np.eye(n + 1)[n])
+            return t / np.linalg.norm(t)
+
+        z = np.zeros(n + 1)
+        t = tangent(z, np.eye(n + 1)[n])
+        h = LOAD_STEP_INITIAL
+        for _ in range(LOAD_MAX_STEPS):
+            zn, its = z + h * t, None
+            for it in range(1, NEWTON_MAX_ITERATIONS + 1):
+                R, A = jac(zn)
+                dz = np.linalg.solve(np.vstack([A, t[None, :]]), -np.concatenate([R, [t @ (zn - z) - h]]))
+                zn = zn + dz
+                if not np.all(np.isfinite(zn)):
+                    break
+                if np.abs(dz).max() <= NEWTON_NOISE_FLOOR * max(1.0, np.abs(zn).max()):
+                    its = it
+                    break
+            if its is None:
+                h *= 0.5
+                if h < LOAD_STEP_MIN:
+                    break
+                continue
+            if zn[n] >= 1.0:  # interpolate to full load; Newton polishes it
+                w = (1.0 - z[n]) / (zn[n] - z[n])
+                return (z[:n] + w * (zn[:n] - z[:n])) * xs
+            t, z = tangent(zn, t), zn
+            if its <= LOAD_EASY_ITERATIONS:
+                h = min(h * LOAD_STEP_GROW, LOAD_STEP_MAX)
+        raise HarmonicBalanceError(f"harmonic balance at {frequency_hz:g} Hz: the load path stalled at {z[n]:.3g} of the load")
 
     def _newton(self, fun, x, frequency_hz):
         """Damped Newton on ``fun(x) -> (R, dR/dx)``: (x, R, J, iterations)."""
