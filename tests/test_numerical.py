@@ -660,3 +660,24 @@ def test_newton_failure_falls_back_to_the_load_path():
     assert ref.iterations > 8
     short = NonlinearSubstructure(sub, els, max_iterations=8).solve(10.0, (1, 3), force_vector=fv)
     np.testing.assert_allclose(short.coefficients, ref.coefficients, rtol=1e-9, atol=1e-12 * np.abs(ref.coefficients).max())
+
+
+def test_an_unreachable_branch_is_a_clear_error_and_the_force_form_still_answers():
+    """sweeps/cubic-interface.toml's numerical side at 16 Hz under an interface force a first
+    hybrid iteration measured on the twin (1.7 N at harmonic 3, where the root is above its
+    first mode): the branch from zero load folds back at about half the load, so U_N(F_P) is
+    not found from rest — a HarmonicBalanceError saying so. The force form needs no solve for
+    elements at the interface: F_P*(U) is explicit and exact."""
+    from hbtest.numerical import HarmonicBalanceError
+
+    cfg = load_sweep(PAPER.parent / "cubic-interface.toml")
+    ns = cfg.numerical.numerical_substructure()
+    fv = cfg.excitation.force_vector(ns)
+    FP = np.array([[0.1268 - 0.0259j, 1.6715 - 0.8788j], [0.00175 - 0.00025j, 0.0223 - 0.0085j]])
+    with pytest.raises(HarmonicBalanceError, match="folds back after 0.5"):
+        ns.interface_response(16.0, (1, 3), FP, fv)
+    U = np.array([[1.75e-4 + 1e-6j, 5e-8j], [1.2e-3, 3e-7]])
+    r = ns.interface_force(16.0, (1, 3), U, fv)
+    assert r.iterations == 0
+    back = ns.interface_response(16.0, (1, 3), r.displacement, fv)
+    np.testing.assert_allclose(back.displacement, U, rtol=0, atol=1e-9 * np.abs(U).max())

@@ -208,6 +208,7 @@ class NonlinearSubstructure:
             return t / np.linalg.norm(t)
 
         z = np.zeros(n + 1)
+        reached = 0.0
         t = tangent(z, np.eye(n + 1)[n])
         h = LOAD_STEP_INITIAL
         for _ in range(LOAD_MAX_STEPS):
@@ -230,9 +231,15 @@ class NonlinearSubstructure:
                 w = (1.0 - z[n]) / (zn[n] - z[n])
                 return (z[:n] + w * (zn[:n] - z[:n])) * xs
             t, z = tangent(zn, t), zn
+            reached = max(reached, z[n])
+            if z[n] < 0.0:  # the branch folded back past zero load: full load is on another branch
+                break
             if its <= LOAD_EASY_ITERATIONS:
                 h = min(h * LOAD_STEP_GROW, LOAD_STEP_MAX)
-        raise HarmonicBalanceError(f"harmonic balance at {frequency_hz:g} Hz: the load path stalled at {z[n]:.3g} of the load")
+        raise HarmonicBalanceError(
+            f"harmonic balance at {frequency_hz:g} Hz did not converge, and the solution branch from zero load"
+            f" folds back after {reached:.3g} of the load (the full load lies on another branch)"
+        )
 
     def _newton(self, fun, x, frequency_hz):
         """Damped Newton on ``fun(x) -> (R, dR/dx)``: (x, R, J, iterations)."""
