@@ -37,6 +37,8 @@ __all__ = [
     "read_beam",
     "RigCommon",
     "NumericalSpec",
+    "NonlinearElementSpec",
+    "read_nonlinear",
     "ExcitationSpec",
     "SweepSpec",
     "TestSpec",
@@ -140,20 +142,68 @@ def _split_index(part: str, key: str, source: str) -> tuple[str, int | None]:
 
 
 @dataclass(frozen=True)
+class NonlinearElementSpec:
+    """One ``[[numerical.nonlinear]]`` entry (SI): an element of a registered kind
+    (:data:`hbtest.numerical.ELEMENT_KINDS`) at the node at ``position`` [m from the root],
+    acting on ``dof`` (``"u"`` or ``"theta"``), grounded or, with ``to_position``, between the
+    two nodes (relative coordinate ``q(position) - q(to_position)``); ``params``: the kind's
+    parameters in SI as (field, value) pairs (see :mod:`hbtest.numerical.elements` for the
+    force laws and their sign conventions)."""
+
+    kind: str
+    position: float
+    dof: str
+    to_position: float | None = None
+    params: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def positions(self) -> tuple[float, ...]:
+        return (self.position,) if self.to_position is None else (self.position, self.to_position)
+
+    def dof_names(self, beam) -> tuple[str, ...]:
+        """The DOF names of the element on ``beam`` (a node must sit at each position)."""
+        return tuple(f"{self.dof}{beam.node_at(x)}" for x in self.positions)
+
+    def build(self, beam):
+        from .numerical import create_element
+
+        return create_element(self.kind, self.dof_names(beam), **dict(self.params))
+
+
+@dataclass(frozen=True)
 class NumericalSpec:
     """The numerical substructure: a beam clamped (``root``) at x = 0 with the interface at
-    its other end (x = length)."""
+    its other end (x = length), and optional nonlinear elements (``nonlinear``; the beam then
+    gets a node at every element position)."""
 
     kind: str
     beam: BeamSpec
     root: str
+    nonlinear: tuple[NonlinearElementSpec, ...] = ()
 
     def substructure(self):
+        """The linear substructure (the linear part when there are nonlinear elements)."""
         from .substructure import Substructure
 
-        b = self.beam.build(left=self.root, right="free")
+        extra = tuple(sorted({x for e in self.nonlinear for x in e.positions}))
+        b = self.beam.build(left=self.root, right="free", extra_nodes=extra) if extra else self.beam.build(left=self.root, right="free")
         j = b.x_nodes.size - 1
         return Substructure(b, (f"u{j}", f"theta{j}"))
+
+    @property
+    def is_linear(self) -> bool:
+        return not self.nonlinear
+
+    def numerical_substructure(self):
+        """The :class:`~hbtest.numerical.NumericalSubstructure`: a
+        :class:`~hbtest.numerical.LinearSubstructure` without nonlinear elements, else a
+        :class:`~hbtest.numerical.NonlinearSubstructure`."""
+        from .numerical import LinearSubstructure, NonlinearSubstructure
+
+        sub = self.substructure()
+        if not self.nonlinear:
+            return LinearSubstructure(sub)
+        return NonlinearSubstructure(sub, tuple(e.build(sub.structure) for e in self.nonlinear))
 
 
 @dataclass(frozen=True)
@@ -285,7 +335,8 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
     nm = top.sub("numerical")
     kind = nm.string("kind", "beam", choices=("beam",))
     root = nm.string("root", "clamped", choices=("clamped", "pinned", "free", "sliding"))
-    numerical = NumericalSpec(kind=kind, beam=read_beam(nm), root=root)
+    nm_beam = read_beam(nm)
+    numerical = NumericalSpec(kind=kind, beam=nm_beam, root=root, nonlinear=read_nonlinear(nm, nm_beam, root))
     nm.finish()
 
     ex = top.sub("excitation")
@@ -332,6 +383,55 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
         ds.finish()
     top.finish()
     return SweepConfig(src, name, rig_path, tuple(rig_overrides), numerical, excitation, sweep, test, solver, output, design_ps)
+
+
+#: ``dof`` values of a nonlinear element and the DOF-name prefix each stands for
+NONLINEAR_DOFS = {"u": "u", "theta": "theta", "θ": "theta"}
+#: ``side`` values of a contact element and the sign of its stop
+CONTACT_SIDES = {"positive": 1.0, "negative": -1.0}
+
+
+def read_nonlinear(nm: Section, beam: BeamSpec, root: str) -> tuple[NonlinearElementSpec, ...]:
+    """``[[numerical.nonlinear]]``: ``kind`` (a registered element kind), ``position_mm``,
+    ``dof`` (``"u"`` or ``"theta"``), optional ``to_position_mm`` (between two nodes), and the
+    kind's parameters under their unit-named keys (``u`` / ``theta`` elements):
+    ``cubic_spring``: ``k3_n_per_m3`` / ``k3_nm_per_rad3``; ``friction``: ``force_n`` /
+    ``moment_nm`` and ``velocity_scale_m_per_s`` / ``velocity_scale_rad_per_s``; ``contact``:
+    ``gap_mm`` / ``gap_mrad``, ``stiffness_n_per_m`` / ``stiffness_nm_per_rad`` and ``side``
+    (``"positive"``: the stop at +gap, default; ``"negative"``: at -gap)."""
+    from .numerical import ELEMENT_KINDS
+    from .structures import BOUNDARY_CONDITIONS
+
+    out = []
+    length = beam.length
+    for sec in nm.subs("nonlinear"):
+        kind = sec.string("kind", choices=tuple(ELEMENT_KINDS))
+        dof = NONLINEAR_DOFS[sec.string("dof", choices=tuple(NONLINEAR_DOFS))]
+        positions = []
+        for key in ("position_mm", "to_position_mm"):
+            x = sec.number(key, None, required=key == "position_mm", scale=1e-3, nonnegative=True)
+            if x is None:
+                continue
+            if x > length * (1 + 1e-12):
+                raise sec.error(key, f"{x * 1e3:g} mm lies outside the numerical beam (0..{length * 1e3:g} mm)")
+            if x <= length * 1e-12 and (0 if dof == "u" else 1) in BOUNDARY_CONDITIONS[root]:
+                raise sec.error(key, f"the {root} root fixes {dof} at 0 mm: an element there would never move")
+            positions.append(min(x, length))
+        if len(positions) == 2 and abs(positions[0] - positions[1]) <= 1e-9 * length:
+            raise sec.error("to_position_mm", "must differ from position_mm (a grounded element has no to_position_mm)")
+        cls = ELEMENT_KINDS[kind]
+        params = []
+        for prm in cls.params:
+            key, other = (prm.key_u, prm.key_theta) if dof == "u" else (prm.key_theta, prm.key_u)
+            if other != key and sec.has(other):
+                raise sec.error(other, f"is for a {'theta' if dof == 'u' else 'u'} element; this {kind} acts on {dof}: use {key}")
+            opts = dict(positive=prm.sign == "positive", nonnegative=prm.sign == "nonnegative")
+            params.append((prm.field, sec.number(key, prm.default, required=prm.default is None, scale=prm.scale, **opts)))
+        if kind == "contact":
+            params.append(("side", CONTACT_SIDES[sec.string("side", "positive", choices=tuple(CONTACT_SIDES))]))
+        sec.finish()
+        out.append(NonlinearElementSpec(kind, positions[0], dof, positions[1] if len(positions) == 2 else None, tuple(params)))
+    return tuple(out)
 
 
 def _profile_names():
