@@ -61,3 +61,135 @@ def test_uncalibrated_sweep_on_the_miscalibrated_twin_is_clearly_wrong(tmp_path)
     ds = _resonance_sweep(tmp_path, MISCAL)
     err = float(np.abs(frf.relative_error(ds)).max())
     assert err > 0.05
+
+
+# -- calibration records ------------------------------------------------------------------
+
+import json  # noqa: E402
+
+from hbtest.calibration import (  # noqa: E402
+    CalibrationRecord,
+    apply_calibration,
+    beam_strain_per_motion,
+    load_calibration,
+    run_calibration,
+    save_calibration,
+)
+from hbtest.cli import main  # noqa: E402
+from hbtest.errors import UserError  # noqa: E402
+from hbtest.structures import beam  # noqa: E402
+
+
+def _record(**values):
+    vals = {"mains_hz": 50.2, "channels": {"g1": {"scale_per_v": 2.04e-5}, "g2": {"skew_us": 50.0}}}
+    vals.update(values)
+    return CalibrationRecord("2026-11-23T19:00:00Z", ("mains", "channels"), "twin", vals,
+                             {"mains_hz": 1e-6, "channels": {"g1": {"scale_per_v": 1e-9}, "g2": {"skew_us": 0.5}}})
+
+
+def test_record_round_trip_and_application(tmp_path):
+    rec = _record()
+    p = save_calibration(rec, tmp_path / "cal.json")
+    back = load_calibration(p)
+    assert back == rec and json.loads(p.read_text())["hbtest_calibration"] == 1
+    nominal = load_rig(NOMINAL).sensors
+    cal = apply_calibration(nominal, back)
+    assert cal.channel("g1").scale == 2.04e-5 and cal.channel("g2").skew == pytest.approx(50e-6)
+    assert cal.mains_hz == 50.2 and cal.channel("l1") == nominal.channel("l1")
+    assert "twin" in cal.calibration and nominal.calibration == ""
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda d: d.update(hbtest_calibration=2), "hbtest_calibration"),
+    (lambda d: d.pop("date_utc"), "date_utc"),
+    (lambda d: d["values"]["channels"]["g1"].update(gain=1.0), "values.channels.g1.gain"),
+    (lambda d: d["values"]["channels"]["g1"].update(scale_per_v=-1.0), "values.channels.g1.scale_per_v"),
+    (lambda d: d["values"].update(mains_hz="fifty"), "values.mains_hz"),
+])
+def test_invalid_records_are_one_user_error_naming_the_field(tmp_path, mutate, field):
+    doc = _record().to_dict()
+    mutate(doc)
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(UserError, match=field.replace(".", r"\.")):
+        load_calibration(p)
+
+
+def test_rig_file_calibration_key_calibrates_the_reduction_not_the_twin(tmp_path):
+    p = save_calibration(_record(), tmp_path / "cal.json")
+    cfg = load_rig(MISCAL, [f"sensors.calibration='{p}'"])
+    assert cfg.sensors.channel("g1").scale == 2.04e-5 and cfg.sensors.mains_hz == 50.2
+    f, V = 17.0, np.array([[1.0], [0.5j]])
+    a = VirtualRig(load_rig(MISCAL), noise=False).steady_state(f, V, [1]).channels
+    b = VirtualRig(cfg, noise=False)
+    assert b.describe().sensors == cfg.sensors
+    for name, x in b.steady_state(f, V, [1]).channels.items():  # same truth
+        assert x[0] == pytest.approx(a[name][0], rel=1e-12)
+    with pytest.raises(ConfigError, match="sensors.calibration"):
+        load_rig(MISCAL, [f"sensors.calibration='{tmp_path / 'missing.json'}'"])
+    q = tmp_path / "wrong.json"
+    q.write_text(json.dumps(_record(channels={"g7": {"skew_us": 1.0}}).to_dict()))
+    with pytest.raises(ConfigError, match="sensors.calibration.*g7"):
+        load_rig(MISCAL, [f"sensors.calibration='{q}'"])
+
+
+@pytest.mark.parametrize("f", [1.0, 3.0, 18.0])
+def test_beam_strain_model_matches_the_finite_element_beam(f):
+    """Continuous Euler-Bernoulli strain per clamp motion against a fine FE beam with the
+    clamp DOFs prescribed (an independent discretisation)."""
+    ph = load_rig(NOMINAL).physical
+    nodes = np.unique(np.concatenate([np.linspace(0, 0.04, 81), np.linspace(0.04, ph.length, 161)]))
+    b = beam(ph.length, ph.width, ph.thickness, ph.youngs_modulus, ph.density, zeta_mass=ph.zeta_mass,
+             zeta_stiffness=ph.zeta_stiffness, left="free", right="free", nodes=nodes)
+    D = b.dynamic_stiffness(2j * np.pi * f)
+    S = beam_strain_per_motion(ph, (0.005, 0.02), f)
+    for col in range(2):
+        q0 = np.eye(2)[col]
+        qi = np.linalg.solve(D[2:, 2:], -D[2:, :2] @ q0)
+        q = np.concatenate([q0, qi])
+        fe = [-(ph.thickness / 2) * b.curvature(q, d) for d in (0.005, 0.02)]
+        assert S[:, col] == pytest.approx(fe, rel=2e-4)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_procedures_recover_the_true_sensor_parameters_within_their_uncertainty(seed):
+    """Acceptance (issue 13): on the miscalibrated twin, the mains and channel procedures
+    recover the TRUE mains frequency, l2 laser scale, g1 gauge gain and g2 skew within three
+    stated standard uncertainties, and the uncertainties are small enough to matter."""
+    cfg = load_rig(MISCAL)
+    nominal = cfg.sensors
+    with VirtualRig(cfg, seed=seed) as rig:
+        rec = run_calibration(rig, cfg.physical)
+    v, u = rec.values, rec.standard_uncertainty
+    truth = {  # (value, standard uncertainty, true value, bound on the uncertainty)
+        "mains": (v["mains_hz"], u["mains_hz"], TRUE_MAINS, 1e-4),
+        "l2 scale": (v["channels"]["l2"]["scale_per_v"] / nominal.channel("l2").scale,
+                     u["channels"]["l2"]["scale_per_v"] / nominal.channel("l2").scale, TRUE_L2_SCALE, 1e-4),
+        "g1 gain": (v["channels"]["g1"]["scale_per_v"] / nominal.channel("g1").scale,
+                    u["channels"]["g1"]["scale_per_v"] / nominal.channel("g1").scale, TRUE_G1_GAIN, 1e-4),
+        "g2 gain": (v["channels"]["g2"]["scale_per_v"] / nominal.channel("g2").scale,
+                    u["channels"]["g2"]["scale_per_v"] / nominal.channel("g2").scale, 1.0, 1e-4),
+        "g2 skew": (v["channels"]["g2"]["skew_us"], u["channels"]["g2"]["skew_us"], TRUE_G2_SKEW * 1e6, 2.0),
+        "g1 skew": (v["channels"]["g1"]["skew_us"], u["channels"]["g1"]["skew_us"], 0.0, 2.0),
+    }
+    for what, (est, sig, true, bound) in truth.items():
+        assert 0 < sig < bound, what
+        assert abs(est - true) < 3 * sig, (what, est, sig, true)
+
+
+def test_calibrate_command_then_calibrated_sweep_is_within_one_percent(tmp_path, capsys):
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", str(MISCAL), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "g2: scale" in text and "absolute scale not identified" in text
+    ds = _resonance_sweep(tmp_path, MISCAL, [f"rig_set=['sensors.calibration=\"{out}\"']"], name="cal")
+    assert bool(ds.converged.all())
+    assert float(np.abs(frf.relative_error(ds)).max()) < 0.01
+    assert "calibration" in json.loads(ds.attrs["sensor_layout"]) and json.loads(ds.attrs["sensor_layout"])["calibration"]
+
+
+def test_calibrate_command_user_errors_are_one_line_exit_2(tmp_path, capsys):
+    assert main(["calibrate", str(MISCAL), "--procedure", "laser", "--out", str(tmp_path / "x.json")]) == 2
+    assert main(["calibrate", str(MISCAL), "--frequencies", "3,abc", "--out", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "laser" in err[0] and "--frequencies" in err[1]

@@ -125,8 +125,9 @@ class VirtualSpec:
     noise: NoiseSpec
     actuation_delay: float
     modal_cutoff_hz: float
-    #: the sensors the twin simulates when they differ from the nominal layout the reduction
-    #: uses (``[virtual.true_sensors]``); None = the nominal layout is the truth
+    #: the sensors the twin simulates: the rig file's nominal ``[sensors]`` changed by
+    #: ``[virtual.true_sensors]`` (never the calibrated layout the reduction uses); None (a
+    #: spec built by hand) = the layout the rig is opened with is the truth
     true_sensors: object = None
 
     def simulated_sensors(self, nominal):
@@ -289,7 +290,7 @@ def parse_virtual(sec: Section, physical: BeamSpec, sensors, common) -> VirtualS
         noise=noise,
         actuation_delay=delay,
         modal_cutoff_hz=cutoff,
-        true_sensors=true_sensors,
+        true_sensors=simulated,
     )
 
 
