@@ -193,3 +193,21 @@ def test_calibrate_command_user_errors_are_one_line_exit_2(tmp_path, capsys):
     assert main(["calibrate", str(MISCAL), "--frequencies", "3,abc", "--out", str(tmp_path / "x.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "laser" in err[0] and "--frequencies" in err[1]
+
+
+def test_true_filter_cutoff_and_laser_position_are_simulated_exactly():
+    from hbtest.sensors import ChannelSpec
+
+    ov = ["virtual.true_sensors.g1.lowpass_hz=450.0", "virtual.true_sensors.l2.position_mm=31.0"]
+    nominal = VirtualRig(load_rig(NOMINAL), noise=False)
+    true = VirtualRig(load_rig(NOMINAL, ov), noise=False)
+    assert true.describe().sensors == nominal.describe().sensors
+    f, V = 17.0, np.array([[1.0], [0.5j]])
+    a, b = nominal.steady_state(f, V, [1]), true.steady_state(f, V, [1])
+    g1 = nominal.describe().sensors.channel("g1")
+    h450 = ChannelSpec("x", "strain_gauge", "strain", lowpass_hz=450.0, lowpass_order=g1.lowpass_order).response(f)
+    assert b.channels["g1"][0] / a.channels["g1"][0] == pytest.approx(h450 / g1.response(f), rel=1e-7)
+    u, th = b.displacement[:, 0]
+    scale = nominal.describe().sensors.channel("l2").scale
+    assert b.channels["l2"][0] * scale == pytest.approx(u + 0.031 * th, rel=1e-7)
+    assert a.channels["l2"][0] * scale == pytest.approx(a.displacement[0, 0] + 0.030 * a.displacement[1, 0], rel=1e-7)
