@@ -211,3 +211,73 @@ def test_true_filter_cutoff_and_laser_position_are_simulated_exactly():
     scale = nominal.describe().sensors.channel("l2").scale
     assert b.channels["l2"][0] * scale == pytest.approx(u + 0.031 * th, rel=1e-7)
     assert a.channels["l2"][0] * scale == pytest.approx(a.displacement[0, 0] + 0.030 * a.displacement[1, 0], rel=1e-7)
+
+
+# -- raw records and re-reduction ---------------------------------------------------------
+
+from hbtest.calibration.reduce import reduce_store  # noqa: E402
+from hbtest.sensors import measure_interface  # noqa: E402
+from hbtest.store import PointRecord, RunStore, open_run  # noqa: E402
+
+
+def _raw_store(tmp_path, rig, layout, freqs, V, periods=20):
+    """A store with one raw-recorded point per frequency, driven open loop by ``V`` (the
+    numerical displacement is set to the exact interface displacement, so the state is
+    'compatible' as far as the reduction is concerned)."""
+    import json as _json
+
+    max_n = int(periods * rig.fs / min(freqs)) + 2
+    st = RunStore.create(tmp_path / "raw.zarr", frequencies_hz=freqs, harmonics=[1], actuators=rig.describe().actuators,
+                         max_iterations=1, attrs={"sensor_layout": _json.dumps(layout.to_dict()), "profile": "hbtest"},
+                         raw_records=(layout.channel_names, max_n))
+    truths = []
+    for i, f in enumerate(freqs):
+        rig.set_demand(f, V, [1])
+        rig.wait(60 * f)
+        acq = rig.acquire(periods)
+        assert not acq.overrange
+        meas = measure_interface(acq, layout, [1], "segment", reject_mains=True)
+        exact = rig.steady_state(f, V, [1])
+        truths.append(exact)
+        st.write_point(i, PointRecord(
+            frequency_hz=f, interface_displacement=meas.displacement, interface_force=meas.force,
+            numerical_displacement=exact.displacement, external_force=np.ones(1, complex), voltage=V,
+            displacement_variance=meas.displacement_variance, force_variance=meas.force_variance, converged=True,
+            iterations=0, residual_norm=0.0, rig_periods=float(periods), history_voltage=V[None], history_residual=np.zeros((1, 2, 1), complex),
+            history_residual_norm=np.zeros(1), history_periods=np.zeros(1), reference_interface_displacement=exact.displacement,
+            raw_record=acq,
+        ))
+        back = st.read_raw(i)
+        assert np.allclose(back.t, acq.t, rtol=0, atol=1e-9) and all(np.array_equal(back.data[c], acq.data[c]) for c in layout.channel_names)
+    st.set_status("completed")
+    return st, truths
+
+
+def test_reduce_with_the_true_calibration_recovers_the_true_interface_state(tmp_path, capsys):
+    """Raw records of the miscalibrated twin, reduced with the nominal sensors, miss the exact
+    interface state by far; ``hbtest reduce`` with the calibration recovered by ``hbtest
+    calibrate`` gives the exact state to the noise, and the new store records both layouts."""
+    cfg = load_rig(MISCAL)
+    rig = VirtualRig(cfg, seed=5)
+    rec = run_calibration(rig, cfg.physical)
+    cal = tmp_path / "cal.json"
+    save_calibration(rec, cal)
+    V = np.array([[1.0], [0.6j]])  # gauges at ~4 V: mains on top must not clip the 10 V ADC
+    st, truths = _raw_store(tmp_path, rig, cfg.sensors, [17.0, 18.5], V)
+
+    def errors(ds):
+        return [float(np.max(np.abs(ds.interface_displacement.values[i] / t.displacement - 1))) for i, t in enumerate(truths)]
+
+    assert min(errors(open_run(st.path).load())) > 0.01  # nominal sensors: clearly off
+    assert main(["reduce", str(st.path), "--calibration", str(cal), "--store", str(tmp_path / "red.zarr")]) == 0
+    assert "2 point(s)" in capsys.readouterr().out
+    red = open_run(tmp_path / "red.zarr").load()
+    assert max(errors(red)) < 2e-3
+    for i, t in enumerate(truths):
+        assert red.interface_force.values[i] == pytest.approx(t.force, rel=5e-3)
+    assert json.loads(red.attrs["sensor_layout"])["calibration"] and not json.loads(red.attrs["sensor_layout_original"])["calibration"]
+    assert json.loads(red.attrs["calibration_record"])["hbtest_calibration"] == 1
+    # a store without raw records: one line, exit 2
+    plain = RunStore.create(tmp_path / "plain.zarr", frequencies_hz=[18.0], harmonics=[1], actuators=["a", "b"], max_iterations=1, attrs={})
+    assert main(["reduce", str(plain.path), "--calibration", str(cal), "--store", str(tmp_path / "x.zarr")]) == 2
+    assert "no raw records" in capsys.readouterr().err

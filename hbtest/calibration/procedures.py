@@ -58,6 +58,10 @@ __all__ = [
 ]
 
 PROCEDURES = ("mains", "channels")
+#: tolerance [Hz] of the bounded refinement of the mains frequency
+MAINS_XATOL_HZ = 1e-9
+#: smallest channel peak [V] the probe scaling divides by (a dead channel does not blow it up)
+MIN_PROBE_PEAK_V = 1e-12
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,7 @@ def calibrate_mains(rig, layout=None, settings: MainsSettings = MainsSettings(),
     grid = np.arange(f0 - settings.search_hz, f0 + settings.search_hz + step / 2, step)
     grid = grid[grid > 0]
     best = grid[int(np.argmin([rss(f) for f in grid]))]
-    res = scipy.optimize.minimize_scalar(rss, bounds=(best - step, best + step), method="bounded", options={"xatol": 1e-9})
+    res = scipy.optimize.minimize_scalar(rss, bounds=(best - step, best + step), method="bounded", options={"xatol": MAINS_XATOL_HZ})
     f = float(res.x)
     # Gauss-Newton covariance of (f, per-channel linear coefficients)
     X = _mains_design(t, f, M)
@@ -258,7 +262,7 @@ def calibrate_channels(rig, physical, layout=None, settings: ChannelSettings = C
             rig.wait(settings.settle_s * f)
             probe = rig.acquire(max(2, settings.n_periods // 4))
             peak = max(float(np.max(np.abs(np.asarray(probe.data[n], float)))) for n in layout.channel_names)
-            v = settings.probe_v * settings.target_fraction * full_scale / max(peak, 1e-12)
+            v = settings.probe_v * settings.target_fraction * full_scale / max(peak, MIN_PROBE_PEAK_V)
             v = min(v, settings.voltage_fraction * desc.voltage_limit_v)
             e[a, 0] = v
             rig.set_demand(f, e, [1])
