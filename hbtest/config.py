@@ -484,7 +484,7 @@ class RigConfig:
         return RigCommon(self.identity, tuple(self.actuators), self.sample_rate_hz, self.voltage_limit_v, self.sensors, self.physical, self.source.path)
 
 
-def read_sensors(sec: Section):
+def read_sensors(sec: Section, calibrated: bool = True):
     """``[sensors]``: calibration, segment properties and the channels with their roles.
 
     Two forms. Explicit: every ``[[sensors.channels]]`` has ``name`` (an identifier), ``kind``
@@ -493,7 +493,10 @@ def read_sensors(sec: Section):
     of each. Published (legacy): channels named ``l1, l2, g1, g2`` placed by
     ``laser_spacing_mm`` (l1 at 0, l2 at the spacing) and ``gauge_positions_mm`` (g1, g2).
     Both: ``scale_per_v``, ``offset``, ``lowpass_hz``, ``lowpass_order``, ``lag_table``,
-    ``skew_us`` (the channel samples ``skew_us`` late; removed per harmonic)."""
+    ``skew_us`` (the channel samples ``skew_us`` late; removed per harmonic).
+    ``calibration`` (optional): a calibration record (JSON, :mod:`hbtest.calibration`) whose
+    values replace the nominal ones for the reduction (``calibrated=False``: the nominal layout,
+    the rig file's own values, which a rig kind may need — the twin simulates them)."""
     from .sensors import CHANNEL_KINDS, CHANNEL_NAME, LEGACY_CHANNELS, ChannelSpec, SensorLayout
 
     seg = read_beam(sec.sub("segment"), length_required=False)
@@ -572,8 +575,29 @@ def read_sensors(sec: Section):
         mains_hz=sec.number("mains_hz", 50.0, nonnegative=True),
         mains_multiples=sec.integer("mains_multiples", 3, min=0, max=50),
     )
+    if sec.has("calibration"):
+        if calibrated:
+            layout = _apply_calibration_key(sec, layout)
+        else:
+            sec.value("calibration")  # read (known key); the nominal layout is wanted
     sec.finish()
     return layout
+
+
+def _apply_calibration_key(sec: Section, layout):
+    """``[sensors].calibration = "record.json"`` (relative to the rig file): the calibration
+    record's values replace the nominal ones (:func:`hbtest.calibration.apply_calibration`);
+    every problem is a ConfigError on ``sensors.calibration``."""
+    from .calibration import apply_calibration, load_calibration
+    from .errors import UserError
+
+    path = sec.path("calibration", Path(sec.source).resolve().parent)
+    try:
+        return apply_calibration(layout, load_calibration(path))
+    except UserError as e:
+        raise sec.error("calibration", str(e)) from None
+    except ValueError as e:  # the calibrated layout is not a valid layout
+        raise sec.error("calibration", f"{path}: {e}") from None
 
 
 class _KindTables(Section):
@@ -620,7 +644,9 @@ def load_rig(path, overrides=(), text: str | None = None) -> RigConfig:
         voltage_limit_v=rig.number("voltage_limit_v", positive=True),
     )
     rig.finish()
-    sensors = read_sensors(top.sub("sensors"))
+    sensors_sec = top.sub("sensors")
+    nominal = read_sensors(sensors_sec, calibrated=False)
+    sensors = read_sensors(Section(sensors_sec.data, sensors_sec.source, sensors_sec.prefix)) if sensors_sec.has("calibration") else nominal
     physical = None
     if top.has("physical"):
         ph = top.sub("physical")
@@ -632,7 +658,9 @@ def load_rig(path, overrides=(), text: str | None = None) -> RigConfig:
         reason = e.reason if isinstance(e, registry.KindUnavailable) else "no implementation registered"
         raise ConfigError(src.path, "rig.kind", f"rig kind {kind!r} is not available: {reason}") from None
     # the kind's parsed tables (RigConfig.spec; ``virtual=`` is the constructor's older name)
-    virtual = _parse_kind(rig_kind, top, RigCommon(sensors=sensors, physical=physical, path=src.path, **common))
+    # the kind parses against the rig file's nominal sensors (the twin simulates them); the
+    # configuration carries the calibrated ones (what the reduction uses)
+    virtual = _parse_kind(rig_kind, top, RigCommon(sensors=nominal, physical=physical, path=src.path, **common))
     top.finish()
     return RigConfig(src, kind, sensors=sensors, virtual=virtual, physical=physical, **common)
 

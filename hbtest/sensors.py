@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
 import scipy.signal
@@ -119,7 +119,9 @@ class SensorLayout:
     gauge_calibration: c [N m per strain]; EI [N m^2], rhoA [kg/m], thickness h [m];
     zeta_mass [1/s], zeta_stiffness [s] of the segment (C = zeta_M M + zeta_K K);
     mains_hz, mains_multiples: the lab's mains frequency and how many of its multiples a fit
-    may estimate and remove (:func:`hbtest.harmonics.fit` ``nuisance_hz``).
+    may estimate and remove (:func:`hbtest.harmonics.fit` ``nuisance_hz``);
+    calibration: identification of the calibration record applied to the nominal values
+    (``""`` = the rig file's nominal values; :mod:`hbtest.calibration`).
 
     laser_spacing [m] and gauge_positions [m from the interface] are the published two-laser,
     two-gauge geometry: given alone (no channels) they place lasers at (0, laser_spacing) and
@@ -139,6 +141,7 @@ class SensorLayout:
     channels: tuple[ChannelSpec, ...] = field(default=())
     mains_hz: float = 50.0
     mains_multiples: int = 3
+    calibration: str = ""
 
     @property
     def mains_frequencies(self) -> tuple[float, ...]:
@@ -178,6 +181,22 @@ class SensorLayout:
             raise ValueError(f"need at least two gauge positions, got {self.gauge_positions}")
         if self.laser_spacing == 0:
             raise ValueError("laser spacing must be non-zero")
+
+    def with_channels(self, changes: dict | None = None, **layout_changes) -> "SensorLayout":
+        """A copy with channel fields changed (``changes``: channel name -> {field: value},
+        fields of :class:`ChannelSpec`) and layout fields changed (``layout_changes``); the
+        laser spacing and gauge positions are re-derived from the channels."""
+        changes = dict(changes or {})
+        unknown = set(changes) - set(self.channel_names)
+        if unknown:
+            raise KeyError(f"no channel named {sorted(unknown)[0]!r}")
+        chans = tuple(replace(c, **changes.get(c.name, {})) for c in self.channels)
+        kw = {f.name: getattr(self, f.name) for f in fields(self)}
+        kw.update(layout_changes)
+        kw.update(channels=chans)
+        if chans:
+            kw.update(laser_spacing=0.0, gauge_positions=())
+        return SensorLayout(**kw)
 
     def channel(self, name: str) -> ChannelSpec:
         for c in self.channels:
@@ -343,7 +362,8 @@ def forces_segment(eps1, eps2, u0, theta0, s, layout: SensorLayout):
     The segment obeys ``EI (1 + zeta_K s) w'''' + rhoA (s^2 + zeta_M s) w = 0``; its general
     solution ``w = A cos bx + B sin bx + C cosh bx + D sinh bx`` (``b^4 = -rhoA (s^2 + zeta_M
     s) / (EI (1 + zeta_K s))``) is fixed by ``w(0) = u0``, ``w'(0) = theta0``,
-    ``w''(d_j) = -2 eps_j / h``. Then ``M(0) = -EI (1 + zeta_K s) w''(0)`` and
+    ``w''(d_j) = -(c / EI) eps_j`` (the gauge constant ``c = layout.gauge_calibration``;
+    ``-2 eps_j / h`` for the default ``c = 2 EI / h``, also when c is 0). Then ``M(0) = -EI (1 + zeta_K s) w''(0)`` and
     ``T(0) = EI (1 + zeta_K s) w'''(0)``. At s = 0 this reduces to the static cubic, where the
     finite-difference rule is exact.
 
@@ -361,6 +381,9 @@ def forces_segment(eps1, eps2, u0, theta0, s, layout: SensorLayout):
     ng = len(eps)
     dmax = max(pos)
     h, EI = layout.thickness, layout.EI
+    # curvature per unit strain: c / EI (= 2 / h for the default c = 2 EI / h); a calibrated
+    # gauge constant c scales the curvature the gauges report, hence T and M
+    kappa = (layout.gauge_calibration / EI) if layout.gauge_calibration > 0 else 2.0 / h
     arrs = np.broadcast_arrays(*eps, *(np.asarray(a, dtype=complex) for a in (u0, theta0, s)))
     s = arrs[-1]
     out_T = np.empty(s.shape, dtype=complex)
@@ -370,7 +393,7 @@ def forces_segment(eps1, eps2, u0, theta0, s, layout: SensorLayout):
         e, w0, t0, sn = vals[:ng], vals[ng], vals[ng + 1], vals[ng + 2]
         Ec = EI * (1.0 + layout.zeta_stiffness * sn)
         b4 = -layout.rhoA * (sn * sn + layout.zeta_mass * sn) / Ec
-        k = [-2.0 * ej / h for ej in e]
+        k = [-kappa * ej for ej in e]
         if abs(b4) * dmax**4 < 1e-10:
             # static cubic: w = w0 + t0 x + a x^2 + c x^3, w'' = 2a + 6c x
             A = np.array([[2.0, 6.0 * d] for d in pos])

@@ -83,3 +83,41 @@ def test_lasers_and_channel_response():
     assert lag == pytest.approx(np.sqrt(2) * 17 / 500, rel=1e-3)  # 2nd-order Butterworth slope
     table = ChannelSpec("g1", "strain_gauge", "strain", lag_table=((0.0, 0.0), (100.0, 0.4)))
     assert -np.angle(table.response(25.0)) == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("f", [0.0, 5.0, 18.5])
+def test_segment_reconstruction_honours_the_gauge_calibration_constant(tip, layout, f):
+    """A gauge constant c' = 1.3 c0 means each strain reads 1.3 times the curvature: the
+    segment rule with c' on eps equals the rule with c0 on 1.3 eps; with the interface held
+    (u0 = theta0 = 0) T and M scale by exactly 1.3; the finite-difference rule scales too."""
+    s, q, (e1, e2) = _state(tip, f)
+    c0 = layout.gauge_calibration
+    cal = SensorLayout(0.03, (D1, D2), 1.3 * c0, tip.EI, tip.rhoA, H, ZM, ZK)
+    T1, M1 = forces_segment(e1, e2, q[0], q[1], s, cal)
+    T0, M0 = forces_segment(1.3 * e1, 1.3 * e2, q[0], q[1], s, layout)
+    assert T1 == pytest.approx(T0, rel=1e-12) and M1 == pytest.approx(M0, rel=1e-12)
+    Tz, Mz = forces_segment(e1, e2, 0.0, 0.0, s, cal)
+    Tr, Mr = forces_segment(e1, e2, 0.0, 0.0, s, layout)
+    assert Tz == pytest.approx(1.3 * Tr, rel=1e-12) and Mz == pytest.approx(1.3 * Mr, rel=1e-12)
+    # the calibrated constant changes the result (the old code ignored it)
+    assert abs(T1 - forces_segment(e1, e2, q[0], q[1], s, layout)[0]) > 0.01 * abs(T1)
+    Tf, Mf = forces_finite_difference(e1, e2, cal)
+    Tf0, Mf0 = forces_finite_difference(e1, e2, layout)
+    assert Tf == pytest.approx(1.3 * Tf0, rel=1e-12) and Mf == pytest.approx(1.3 * Mf0, rel=1e-12)
+
+
+def test_with_channels_changes_fields_and_rederives_the_geometry():
+    chans = (
+        ChannelSpec("l1", "laser", "m", 5e-4, position=0.0),
+        ChannelSpec("l2", "laser", "m", 5e-4, position=0.03),
+        ChannelSpec("g1", "strain_gauge", "strain", 2e-5, position=D1),
+        ChannelSpec("g2", "strain_gauge", "strain", 2e-5, position=D2),
+    )
+    lay = SensorLayout(gauge_calibration=1.0, EI=1.0, rhoA=1.0, thickness=H, channels=chans)
+    new = lay.with_channels({"l2": {"position": 0.04, "scale": 6e-4}, "g1": {"position": 0.006}}, mains_hz=50.2)
+    assert new.laser_spacing == pytest.approx(0.04) and new.gauge_positions == (0.006, D2)
+    assert new.channel("l2").scale == 6e-4 and new.mains_hz == 50.2
+    assert lay.channel("l2").scale == 5e-4  # the original is untouched
+    assert SensorLayout.from_dict(new.to_dict()) == new
+    with pytest.raises(KeyError):
+        lay.with_channels({"nope": {"scale": 1.0}})

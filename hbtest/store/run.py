@@ -30,6 +30,13 @@ reads back as 0, distinct from NaN. The authority on whether a slot holds a fini
 finished point intact and at most one half-written point with ``done == False``, which a
 resumed run simply rewrites (:meth:`RunStore.write_point`).
 
+Raw records (schema 3, optional: a store created with ``raw_records``): dimensions
+``channel`` (names) and ``sample``; ``raw_samples`` [V] (frequency, channel, sample) holds the
+final acquisition window of each point (``raw_length`` valid samples from demand time
+``raw_time_start`` at ``raw_sample_rate``, ``raw_periods`` whole periods), the input of
+``hbtest reduce`` (:mod:`hbtest.calibration.reduce`). Stores of schema 1-2 have none and stay
+readable.
+
 Group attributes: ``hbtest_store`` (= ``"run"``), ``schema_version``, the verbatim sweep and
 rig definition texts with their SHA-256 and paths, ``rig_identity``, ``overrides``,
 ``profile``, ``versions`` (python and package versions), ``git_commit`` / ``git_dirty``
@@ -63,10 +70,11 @@ __all__ = [
     "STATUSES",
     "DOFS",
     "SCHEMA_VERSION",
+    "RAW_VARIABLES",
     "tolerance_from_attrs",
 ]
 
-SCHEMA_VERSION = 2  # 2: stop_reason per point
+SCHEMA_VERSION = 3  # 2: stop_reason per point; 3: optional raw records (raw_*)
 STATUSES = ("running", "completed", "interrupted", "failed")
 DOFS = ("u", "theta")
 _MARKER = "run"
@@ -101,6 +109,10 @@ class PointRecord:
     # fraction of the power of the measured PS interface displacement in harmonics *not*
     # solved for (from the residual of the harmonic fit), per DOF; None when not measured
     excluded_energy_fraction: np.ndarray | None = None  # (2,) real
+    # the raw sample record of the point's final acquisition window (an hbtest.rig.Acquisition:
+    # t [s, demand time base], data channel -> raw volts, n_periods); stored only by a store
+    # created with raw records (:meth:`RunStore.create` ``raw_records``)
+    raw_record: object | None = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -130,7 +142,15 @@ _SCHEMA: dict[str, tuple[tuple[str, ...], str, str, str]] = {
     "history_periods": (("iteration",), "f", "1", "forcing periods spent on each iteration"),
     "history_length": ((), "i", "1", "number of valid rows of the history variables (-1: slot not written)"),
     "done": ((), "b", "1", "the point is completely written (written last)"),
+    # raw records (schema 3; only in a store created with raw_records): re-reduction input
+    "raw_samples": (("channel", "sample"), "f", "V", "raw channel samples of the final acquisition window (valid: the first raw_length)"),
+    "raw_time_start": ((), "f", "s", "demand time of the first raw sample"),
+    "raw_sample_rate": ((), "f", "Hz", "sample rate of the raw record"),
+    "raw_length": ((), "i", "1", "number of valid raw samples (-1: none recorded)"),
+    "raw_periods": ((), "i", "1", "whole forcing periods in the raw record"),
 }
+#: the raw-record variables (present together or not at all)
+RAW_VARIABLES = ("raw_samples", "raw_time_start", "raw_sample_rate", "raw_length", "raw_periods")
 _DOF_UNITS = {
     "m | rad": ["m", "rad"],
     "N | N m": ["N", "N m"],
@@ -170,8 +190,8 @@ def _is_store(path: Path) -> bool:
 
 
 #: variables a store may lack: the reference exists for virtual rigs only; later schemas added some
-_OPTIONAL = {"reference_interface_displacement"}
-_ADDED_IN_SCHEMA = {"stop_reason": 2}
+_OPTIONAL = {"reference_interface_displacement", *RAW_VARIABLES}
+_ADDED_IN_SCHEMA = {"stop_reason": 2, **{n: 3 for n in RAW_VARIABLES}}
 
 
 def _check_layout(path: Path) -> None:
@@ -273,6 +293,8 @@ class RunStore:
         self.max_iterations = int(g["iteration"].shape[0]) - 1
         self.has_reference = "reference_interface_displacement" in g.array_keys()
         self.schema_version = int(g.attrs.get("schema_version", 1))
+        self.raw_channels = tuple(str(c) for c in g["channel"][...]) if "raw_samples" in g.array_keys() else ()
+        self.raw_max_samples = int(g["raw_samples"].shape[-1]) if self.raw_channels else 0
 
     @property
     def n_points(self) -> int:
@@ -292,12 +314,16 @@ class RunStore:
         attrs: dict,
         overwrite: bool = False,
         reference: bool = True,
+        raw_records: tuple | None = None,
     ) -> "RunStore":
         """Pre-allocate a store for a sweep. ``attrs`` (sweep_text, sweep_sha256, sweep_path,
         rig_text, rig_sha256, rig_path, rig_identity, overrides, profile, and anything else
         JSON-serialisable, e.g. ``residual_tolerance``/``residual_form``) are stored with the
         versions, git state and timestamps. ``reference=False`` omits
         ``reference_interface_displacement`` (rigs without an emulated truth).
+        ``raw_records = (channel_names, max_samples)`` allocates the raw-record variables
+        (:data:`RAW_VARIABLES`: the final acquisition window of each point, for
+        re-reduction with another calibration; chunked one point per chunk, compressed).
 
         An existing store is replaced only with ``overwrite=True``, and only if it is an hbtest
         run store or an empty directory (never an arbitrary directory)."""
@@ -342,10 +368,19 @@ class RunStore:
 
         n, nh, na, ni = f.size, h.size, len(act), max_iterations + 1
         sizes = {"dof": 2, "harmonic": nh, "actuator": na, "iteration": ni}
+        raw_coords = {}
+        if raw_records is not None:
+            raw_names, raw_max = [str(c) for c in raw_records[0]], int(raw_records[1])
+            if not raw_names or len(set(raw_names)) != len(raw_names) or raw_max < 1:
+                raise ValueError(f"raw_records must be (distinct channel names, max_samples >= 1), got {raw_records!r}")
+            sizes.update(channel=len(raw_names), sample=raw_max)
+            raw_coords["channel"] = ("channel", np.array(raw_names, dtype=object), {"long_name": "acquisition channel (raw records)"})
         data_vars = {}
         encoding = {}
         for name, (dims, kind, units, long_name) in _SCHEMA.items():
             if name == "reference_interface_displacement" and not reference:
+                continue
+            if name in RAW_VARIABLES and raw_records is None:
                 continue
             shape = (n,) + tuple(sizes[d] for d in dims)
             fill = _FILL[kind]
@@ -391,6 +426,7 @@ class RunStore:
                 "harmonic": ("harmonic", h.astype(np.int64), {"units": "1", "long_name": "harmonic order k (X_k = a_k - i b_k)"}),
                 "actuator": ("actuator", np.array(act, dtype=object), {"long_name": "actuator name"}),
                 "iteration": ("iteration", np.arange(ni, dtype=np.int64), {"units": "1", "long_name": "solver iteration (0 = starting voltage)"}),
+                **raw_coords,
             },
             attrs=root_attrs,
         )
@@ -523,12 +559,50 @@ class RunStore:
             values["reference_interface_displacement"] = np.full((2, nh), _CNAN) if ref is None else arr(ref, (2, nh), "c", "reference_interface_displacement")
         elif rec.reference_interface_displacement is not None:
             raise ValueError(f"{self.path}: store was created without reference_interface_displacement")
+        if self.raw_channels:
+            values.update(self._raw_values(rec.raw_record))
+        elif rec.raw_record is not None:
+            raise ValueError(f"{self.path}: store was created without raw records")
         data = xr.Dataset({k: (("frequency",) + _SCHEMA[k][0], np.asarray(v)[None, ...]) for k, v in values.items()})
         flag = lambda v: xr.Dataset({"done": (("frequency",), np.array([v], dtype=bool))})  # noqa: E731
         if self.done()[index]:
             self._region_write(flag(False), index)
         self._region_write(data, index)
         self._region_write(flag(True), index)
+
+    def _raw_values(self, acq) -> dict:
+        """The raw-record variables of one point from an acquisition (NaN/-1 when None)."""
+        out = np.full((len(self.raw_channels), self.raw_max_samples), np.nan)
+        if acq is None:
+            return {"raw_samples": out, "raw_time_start": np.float64(np.nan), "raw_sample_rate": np.float64(np.nan),
+                    "raw_length": np.int32(-1), "raw_periods": np.int32(-1)}
+        t = np.asarray(acq.t, dtype=float)
+        if t.size > self.raw_max_samples:
+            raise ValueError(f"raw record of {t.size} samples exceeds the {self.raw_max_samples} the store was allocated for")
+        missing = [c for c in self.raw_channels if c not in acq.data]
+        if missing:
+            raise ValueError(f"raw record lacks channel(s) {', '.join(missing)}")
+        for i, c in enumerate(self.raw_channels):
+            out[i, : t.size] = np.asarray(acq.data[c], dtype=float)
+        return {"raw_samples": out, "raw_time_start": np.float64(t[0]), "raw_sample_rate": np.float64(acq.sample_rate_hz),
+                "raw_length": np.int32(t.size), "raw_periods": np.int32(acq.n_periods)}
+
+    def read_raw(self, index: int):
+        """The raw record of slot ``index`` as an :class:`hbtest.rig.Acquisition` (sample times
+        ``t_0 + n / fs``), or None when the store has no raw records or the slot none."""
+        from ..rig import Acquisition
+
+        if not self.raw_channels:
+            return None
+        ds = self.dataset()[list(RAW_VARIABLES)].isel(frequency=int(index)).load()
+        n = int(ds["raw_length"])
+        if n < 1:
+            return None
+        fs = float(ds["raw_sample_rate"])
+        t = float(ds["raw_time_start"]) + np.arange(n) / fs
+        data = {c: ds["raw_samples"].values[i, :n] for i, c in enumerate(self.raw_channels)}
+        return Acquisition(t=t, data=data, frequency_hz=float(self.frequencies_hz[int(index)]), sample_rate_hz=fs,
+                           n_periods=int(ds["raw_periods"]), elapsed_s=float("nan"))
 
     def set_status(self, status: str, **attrs) -> None:
         """Set the run status (``running | completed | interrupted | failed``) and any extra

@@ -25,8 +25,13 @@ Physics (SI units; x along the beam from the pin axis, ``u`` up, ``theta`` count
   spring/dashpot to ground) pushed by ``K_f i``, stinger (axial spring/dashpot) from the
   armature to the clamp point at ``position_mm`` along x: the first at the pin axis (vertical),
   the second at a lever arm (rotation, through the moment of its stinger force).
-- **Sensors** (the layout of ``[sensors]`` is taken as the true geometry; every declared
-  channel is simulated, in the layout's order): a laser at lever position ``p`` reads
+- **Sensors** (the layout of ``[sensors]`` is taken as the true geometry unless
+  ``[virtual.true_sensors]`` gives TRUE per-channel parameters that differ from the nominal
+  ones — ``scale_factor``, ``position_mm``, ``lowpass_hz``, ``skew_us``, see
+  :func:`.spec.parse_virtual`: the twin simulates the true ones while ``describe().sensors``,
+  what the point loop reduces with, stays the nominal (or calibrated) layout; the true mains
+  frequency is ``[virtual.mains].frequency_hz``, the assumed one ``[sensors].mains_hz``;
+  every declared channel is simulated, in the layout's order): a laser at lever position ``p`` reads
   ``u + p theta`` (the published ``l1 = u``, ``l2 = u + d_l theta``); a gauge at ``d`` reads
   ``eps = -(h/2) u''(d)`` of the twin's own beam (never the interface forces); the beam has a
   node at every gauge. Each channel with ``lowpass_hz > 0`` passes an analogue

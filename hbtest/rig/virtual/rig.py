@@ -64,12 +64,12 @@ class VirtualRig:
             raise TypeError("VirtualRig needs a rig configuration of kind 'virtual'")
         self.config = rig_config
         self.spec: VirtualSpec = spec
-        self.sensors: SensorLayout = rig_config.sensors
+        self.sensors: SensorLayout = rig_config.sensors  # nominal (or calibrated): what the reduction uses
         self.fs = float(rig_config.sample_rate_hz)
         self.dt = 1.0 / self.fs
         self.seed = int(spec.seed if seed is None else seed)
         self.noise = bool(noise)
-        self._m = build_model(spec, self.sensors, self.fs)
+        self._m = build_model(spec, spec.simulated_sensors(self.sensors), self.fs)  # the true sensors
         self._engine = Engine(self._m, self.seed, noise=self.noise, per_sample=per_sample)
         self._phase = 0.0  # generator phase [rad] of the fundamental at the next sample
         self._freq: float | None = None

@@ -125,6 +125,14 @@ class VirtualSpec:
     noise: NoiseSpec
     actuation_delay: float
     modal_cutoff_hz: float
+    #: the sensors the twin simulates: the rig file's nominal ``[sensors]`` changed by
+    #: ``[virtual.true_sensors]`` (never the calibrated layout the reduction uses); None (a
+    #: spec built by hand) = the layout the rig is opened with is the truth
+    true_sensors: object = None
+
+    def simulated_sensors(self, nominal):
+        """The sensor layout the twin simulates: :attr:`true_sensors` or ``nominal``."""
+        return self.true_sensors if self.true_sensors is not None else nominal
 
     def nodes(self, gauge_positions) -> np.ndarray:
         """FE node positions [m]: ``beam.elements`` equal elements, refined to
@@ -231,8 +239,13 @@ def parse_virtual(sec: Section, physical: BeamSpec, sensors, common) -> VirtualS
         pin_velocity=fr.number("pin_velocity_rad_per_s", 0.05, positive=True),
     )
     fr.finish()
-    skewed = [c.name for c in sensors.channels if c.skew != 0.0]
-    if any(c.skew < 0 for c in sensors.channels):
+    true_sensors = _true_sensors(sec.sub("true_sensors", required=False), sensors)
+    simulated = true_sensors if true_sensors is not None else sensors
+    d2 = max(simulated.gauge_positions)
+    if d2 >= physical.length:
+        raise sec.error("true_sensors", f"gauge at {d2 * 1e3:g} mm lies beyond the {physical.length * 1e3:g} mm beam")
+    skewed = [c.name for c in simulated.channels if c.skew != 0.0]
+    if any(c.skew < 0 for c in simulated.channels):
         raise ConfigError(sec.source, "sensors.channels", "the virtual twin simulates only non-negative skew_us (a channel sampled late)")
     if skewed and friction.active:
         raise fr.error("slider_coulomb_n", f"the twin does not simulate friction together with channel skew ({', '.join(skewed)}): set one of them to 0")
@@ -277,7 +290,44 @@ def parse_virtual(sec: Section, physical: BeamSpec, sensors, common) -> VirtualS
         noise=noise,
         actuation_delay=delay,
         modal_cutoff_hz=cutoff,
+        true_sensors=simulated,
     )
+
+
+#: keys of a channel's table in ``[virtual.true_sensors]`` -> (ChannelSpec field, file scale)
+TRUE_CHANNEL_KEYS = {"position_mm": ("position", 1e-3), "lowpass_hz": ("lowpass_hz", 1.0), "skew_us": ("skew", 1e-6)}
+
+
+def _true_sensors(sec: Section, nominal):
+    """``[virtual.true_sensors]``: one sub-table per channel name whose TRUE parameters differ
+    from the nominal ``[sensors]`` ones (which the reduction keeps using). Keys:
+    ``scale_factor`` (true scale_per_v = factor x nominal: the channel outputs
+    ``physical / (factor scale)`` volts, so a reduction with the nominal scale reads the
+    physical quantity divided by the factor), ``position_mm``, ``lowpass_hz``, ``skew_us``.
+    None when the table is absent or empty. (The true mains frequency is
+    ``[virtual.mains].frequency_hz``; the reduction assumes ``[sensors].mains_hz``.)"""
+    if not sec.data:
+        return None
+    changes = {}
+    for name in list(sec.data):
+        if name not in nominal.channel_names:
+            raise sec.error(name, f"no channel {name!r} in [sensors] (channels: {', '.join(nominal.channel_names)})")
+        ch = sec.sub(name)
+        nom = nominal.channel(name)
+        c = {}
+        if ch.has("scale_factor"):
+            c["scale"] = nom.scale * ch.number("scale_factor", positive=True, min=0.5, max=2.0)
+        for key, (attr, scale) in TRUE_CHANNEL_KEYS.items():
+            if ch.has(key):
+                c[attr] = ch.number(key, nonnegative=key != "position_mm" or nom.kind == "strain_gauge", scale=scale)
+        if "lowpass_hz" in c and nom.lag_table:
+            raise ch.error("lowpass_hz", "the channel's nominal lag is a lag_table: the twin simulates filters only")
+        ch.finish()
+        changes[name] = c
+    try:
+        return nominal.with_channels(changes)
+    except ValueError as e:
+        raise ConfigError(sec.source, sec.prefix, str(e)) from None
 
 
 def parse_virtual_kind(top: Section, common: RigCommon) -> VirtualSpec:
