@@ -277,8 +277,13 @@ class SolverSpec:
 
 @dataclass(frozen=True)
 class OutputSpec:
+    """Where a run goes: the store, the Bode plot, and whether the store keeps the raw sample
+    records of each point's final window (``raw_records``; None: on for hardware rigs, off
+    for the twin) for re-reduction with another calibration (``hbtest reduce``)."""
+
     store: Path
     plot: bool
+    raw_records: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -373,7 +378,8 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
 
     out = top.sub("output", required=False)
     store = out.path("store", base, default=f"runs/{name}.zarr")
-    output = OutputSpec(store=store.resolve(), plot=out.boolean("plot", True))
+    raw = out.boolean("raw_records", False) if out.has("raw_records") else None
+    output = OutputSpec(store=store.resolve(), plot=out.boolean("plot", True), raw_records=raw)
     out.finish()
 
     design_ps = None

@@ -168,6 +168,7 @@ def point_record(out: PointOutcome, orders, n_act: int, external_amplitude: floa
         reference_interface_displacement=reference,
         message=out.message,
         stop_reason=out.reason,
+        raw_record=getattr(e, "acq", None),  # the final window's raw samples, where the rig gave them
     )
 
 
@@ -334,11 +335,23 @@ def run(cfg: SweepConfig, store_path=None, progress=None, overwrite: bool = Fals
                 attrs=_store_attrs(cfg, rig_cfg, overrides, used_seed),
                 overwrite=overwrite,
                 reference=hasattr(rig, "emulated_interface_response"),
+                raw_records=_raw_capacity(cfg, rig_cfg),
             )
         except BaseException:
             _close(rig)
             raise
         return _finish(cfg, store, rig, progress, plot)
+
+
+def _raw_capacity(cfg: SweepConfig, rig_cfg):
+    """The store's raw-record allocation, or None (``output.raw_records``; default on for
+    hardware rigs, off for the twin)."""
+    want = cfg.output.raw_records if cfg.output.raw_records is not None else rig_cfg.kind != "virtual"
+    if not want:
+        return None
+    from .calibration.reduce import raw_record_capacity
+
+    return raw_record_capacity(rig_cfg.sensors, cfg.sweep.frequencies_hz, 4 * cfg.test.averaging_periods, rig_cfg.sample_rate_hz)
 
 
 def _prepare_parent(path: Path) -> None:
