@@ -200,3 +200,21 @@ def test_breakdown_adds_up_to_the_rig_time_of_the_point():
         assert b["ramp"] == pytest.approx(len(out.history) * cfg.solver.ramp_periods, rel=2e-3)  # whole samples
         assert b["evaluations"] == len(out.history) and b["start"] > 0
     assert b["finite_difference"] == 0  # the Jacobian is carried to the second point
+
+
+def test_hbtest_evaluation_fits_through_the_transient_on_the_twin():
+    cfg = load_sweep(PAPER, [*QUIET_RIG])
+    rig = open_rig(load_rig(cfg.rig_path, cfg.rig_overrides), seed=5)
+    ns = cfg.numerical.substructure()
+    loop = PointLoop(rig, ns, cfg.excitation.force_vector(ns), PointSettings.from_config(cfg))
+    from hbtest.point import NumericalSide
+
+    num = NumericalSide.build(ns, cfg.excitation.force_vector(ns), 18.4, loop.orders)
+    loop.evaluate(num, np.array([0.4, 0.1, -0.2, 0.3]))
+    V = np.array([0.1, -0.3, 0.25, 0.0])
+    e = loop.evaluate(num, V)  # a step in demand: no waiting for the transient
+    exact = rig.steady_state(18.4, loop.unpack_voltage(V), loop.orders)
+    assert e.settled and e.windows == 1
+    assert e.periods <= cfg.solver.ramp_periods + cfg.test.averaging_periods * 4 + 1
+    np.testing.assert_allclose(e.meas.displacement, exact.displacement, rtol=1e-4)
+    np.testing.assert_allclose(e.meas.force, exact.force, rtol=1e-3)

@@ -16,6 +16,9 @@ class SolverProfile(abc.ABC):
     reject_mains = False
     #: least number of windows of an evaluation (the settling check needs two)
     min_settle_windows = 2
+    #: fit the steady state through the transient (known modes) instead of waiting, where
+    #: the rig offers raw records and its modes (:meth:`PointLoop.evaluate_through_transient`)
+    fit_transient = False
 
     def max_windows(self, s) -> int:
         """Most windows of one evaluation (settled or not)."""

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import harmonics, solver
+from .. import estimators, harmonics, solver
 from ..errors import RigTrip
+from ..rig import ChannelCoefficients
 from ..sensors import InterfaceMeasurement, measure_interface, measure_interface_from_coefficients
 from .base import get_profile
 from .numerical import NumericalSide
@@ -193,6 +194,7 @@ class PointLoop:
         self.progress = progress
         self.window = self.profile.initial_window(settings)
         self._scaleY = None
+        self._modes = None
 
     # -- packing helpers -------------------------------------------------------------------
     def weights(self) -> np.ndarray:
@@ -253,6 +255,69 @@ class PointLoop:
             over |= {n for n, x in acq.data.items() if np.max(np.abs(x)) >= limit}
         return meas, tuple(sorted(over))
 
+    def transient_modes(self):
+        """The system's eigenvalues [rad/s] a transient fit needs, or None when this rig does
+        not offer them (``modes()``) or averages on the device (no raw record to fit)."""
+        if hasattr(self.rig, "acquire_coefficients") or not hasattr(self.rig, "modes"):
+            return None
+        if self._modes is None:
+            self._modes = np.asarray(self.rig.modes(), dtype=complex)
+        return self._modes
+
+    def _fit_record(self, records: list, f: float, modes):
+        """Steady state of the concatenated raw ``records`` (acquired after the ramp) by
+        :func:`hbtest.estimators.fit_through_transient`: (InterfaceMeasurement, over range)."""
+        names = list(records[0].data)
+        t = np.concatenate([a.t for a in records])
+        x = np.stack([np.concatenate([a.data[c] for a in records]) for c in names])
+        nuisance = self.layout.mains_frequencies if self.profile.reject_mains else ()
+        tf = estimators.fit_through_transient(t, x, f, self.orders, modes, t0=float(t[0]), nuisance_hz=nuisance)
+        over = set()
+        for a in records:
+            over |= set(getattr(a, "overrange", ()))
+            if self.input_range:
+                limit = OVERRANGE_FRACTION * self.input_range
+                over |= {n for n, xx in a.data.items() if np.max(np.abs(xx)) >= limit}
+        n_periods = int(sum(a.n_periods for a in records))
+        rec = ChannelCoefficients({c: tf.coefficients[i] for i, c in enumerate(names)}, {c: tf.variance[i] for i, c in enumerate(names)},
+                                  self.orders, f, n_periods, records[-1].elapsed_s, tuple(sorted(over)))
+        return measure_interface_from_coefficients(rec, self.layout, self.orders, self.s.force_method), tuple(sorted(over))
+
+    def evaluate_through_transient(self, num: NumericalSide, V: np.ndarray, transient_tol: float | None = None, kind: str = "iteration") -> Evaluation:
+        """Apply ``V``, and instead of waiting for the transient, fit the steady state and the
+        free decay of the system's modes together on the record that starts when the ramp
+        ends (:mod:`hbtest.estimators`). The record grows (every period measured is kept in
+        the fit) until the residual noise meets the profile's window rule
+        (:meth:`SolverProfile.next_window` gives the periods the noise target needs)."""
+        transient_tol = self.s.transient_tolerance if transient_tol is None else transient_tol
+        V, clipped = solver.clip_voltage(V, self.n_act, self.voltage_limit, self.orders)
+        t0 = self.rig.elapsed_s
+        f = num.frequency_hz
+        self.rig.set_demand(f, self.unpack_voltage(V), self.orders, ramp_periods=self.s.ramp_periods)
+        t_ramp = self.rig.elapsed_s
+        modes = self.transient_modes()
+        records, lengths = [], []
+        total = 0
+        want = max(int(self.window), int(self.s.min_window_periods))
+        windows = 0
+        for windows in range(1, max(1, self.profile.max_windows(self.s)) + 1):
+            tw = self.rig.elapsed_s
+            records.append(self.rig.acquire(int(want - total)))
+            lengths.append((self.rig.elapsed_s - tw) * f)
+            total = want
+            meas, over = self._fit_record(records, f, modes)
+            U_N, R, vec, noise = self.residual(num, meas)
+            want = self.profile.next_window(total, noise, transient_tol, self.s)
+            if want <= total or over:
+                break
+        self.window = want
+        scaleY = self.output_scale(num)
+        Y = scaleY * np.concatenate([self.pack2(meas.displacement), self.pack2(meas.force)])
+        periods = (self.rig.elapsed_s - t0) * f
+        # every window is kept in the fit: the breakdown counts them all as averaging
+        return Evaluation(V.copy(), meas, U_N, R, self.norm(R), vec, Y, noise, periods, windows, True, over, clipped,
+                          ramp_periods=(t_ramp - t0) * f, window_periods=(float(sum(lengths)),), kind=kind)
+
     def evaluate(self, num: NumericalSide, V: np.ndarray, transient_tol: float | None = None, kind: str = "iteration") -> Evaluation:
         """Apply ``V`` (clipped to the voltage limit), settle, measure. Rig time: ramp +
         windows until the profile judges the residual settled (default tolerance: the test's
@@ -260,6 +325,8 @@ class PointLoop:
         windows and measures the change between windows (:meth:`SolverProfile.settle_distance`).
         ``kind``: why the evaluation is made (:data:`EVALUATION_KINDS`), for the rig-time
         breakdown."""
+        if self.profile.fit_transient and self.transient_modes() is not None:
+            return self.evaluate_through_transient(num, V, transient_tol, kind)
         transient_tol = self.s.transient_tolerance if transient_tol is None else transient_tol
         V, clipped = solver.clip_voltage(V, self.n_act, self.voltage_limit, self.orders)
         t0 = self.rig.elapsed_s

@@ -200,6 +200,9 @@ class PublishedProfile(SolverProfile):
 class HbtestProfile(SolverProfile):
     name = "hbtest"
     reject_mains = True
+    #: fit steady state + the known free decay on the record right after the ramp (where the
+    #: rig gives raw records and its modes) instead of waiting for the transient to die
+    fit_transient = True
     #: the residual noise a window aims at, as a fraction of the transient tolerance
     noise_fraction_of_tolerance = 1 / 3
     #: windows never exceed this multiple of ``averaging_periods``
