@@ -16,7 +16,10 @@ windows, settling and steps on top of the measuring machinery of
   differences at the first point, good-Broyden updates from every measured change that stands
   out of the noise, carried along the sweep) gives the residual Jacobian at any frequency
   exactly through the known ``D_N``; each point starts from the model prediction at the new
-  frequency; windows are as short as the measured noise allows; the settling check
+  frequency; on a rig that gives raw records and its modes, each evaluation fits the new
+  steady state together with the known free decay right after the ramp
+  (:mod:`hbtest.estimators`) instead of waiting, growing the record until the noise target;
+  otherwise windows are as short as the measured noise allows and the settling check
   extrapolates the geometric decay of the transient; stagnation triggers a finite-difference
   restart; it also stops on accuracy (the interface error a residual still implies).
 """
