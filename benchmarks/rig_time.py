@@ -1,18 +1,26 @@
-"""Rig time of the two solver profiles on the same twin and seed (bare-beam sweep).
+"""Rig time of the two solver profiles on the same twin and seeds, and where it goes.
 
-Prints, per profile: points converged, median iterations per point, total forcing periods,
-the worst FRF error against the twin's exact emulated response and the resonance error; then
-the ratio of the hbtest profile's periods per point to the physical minimum; last line
-``rig_time_ratio=<published/hbtest>`` (total forcing periods).
+Runs the sweep's points through :class:`hbtest.point.PointLoop` directly (no store), so that
+every evaluation's rig time is available (:meth:`hbtest.point.PointOutcome.breakdown`).
+Prints, per profile and seed: points converged, median iterations per point (as each profile
+counts them: the published profile counts residual evaluations, steps + 1, as the paper
+does), periods per point and the breakdown per point — by phase (ramp, settling windows
+discarded while the transient decays, averaging windows kept, other) and by purpose (start
+evaluation, iterations, line-search trials, finite-difference evaluations) — and the worst
+FRF error against the twin's exact emulated response (harmonic 1, per interface DOF, the
+quantity of :func:`hbtest.frf.relative_error`). Then ``periods_over_minimum=<x>`` (hbtest
+periods per point over the physical minimum below) and, last,
+``rig_time_ratio=<published/hbtest>`` (periods per point, all seeds).
 
 Physical minimum of a point (documented estimate): the transient left by moving from the
 previous point's converged interface motion, |dU|, must decay to the transient tolerance at the
 physical substructure's own damping at the forcing frequency (zeta(w) = zeta_M/(2w) +
 zeta_K w/2 of the tip beam): n_settle = f ln(|dU| / tol_tr) / (zeta w); plus one averaging
 window long enough for the measured residual noise to reach a third of the tolerance the
-point needed: n_avg = n_final (3 sigma_final / r_target)^2, at least one period.
+point needed: n_avg = n_final (3 sigma_final / tol)^2, at least one period, where sigma_final
+is the displacement standard deviation of the final window of n_final periods.
 
-    python benchmarks/rig_time.py [--points N] [--sweep FILE]
+    python benchmarks/rig_time.py [--points N] [--sweep FILE] [--seeds 1 2 3] [--profiles published hbtest]
 """
 
 from __future__ import annotations
@@ -20,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -31,34 +38,52 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hbtest import frf  # noqa: E402
 from hbtest.config import load_rig, load_sweep  # noqa: E402
-from hbtest.sweep import run  # noqa: E402
+from hbtest.point import Carry, PointLoop, PointSettings  # noqa: E402
+from hbtest.rig import open_rig  # noqa: E402
+
+PHASES = ("ramp", "settling", "averaging", "other")
+PURPOSES = ("start", "iteration", "line_search", "finite_difference")
 
 
-def run_profile(sweep_file: Path, profile: str, points: int | None, out: Path):
+def run_profile(sweep_file: Path, profile: str, points: int | None, seed: int):
+    """(cfg, rig, outcomes, references, wall seconds) of one sweep, as the sweep runs it."""
     overrides = [f"solver.profile={profile}"] + ([f"sweep.points={points}"] if points else [])
     cfg = load_sweep(sweep_file, overrides)
+    rig = open_rig(load_rig(cfg.rig_path, cfg.rig_overrides), seed=seed)
+    ns = cfg.numerical.substructure()
+    F = cfg.excitation.force_vector(ns)
+    loop = PointLoop(rig, ns, F, PointSettings.from_config(cfg))
+    carry = Carry()
+    outs, refs = [], []
     t0 = time.monotonic()
-    ds = run(cfg, out / f"{profile}.zarr", progress=None, overwrite=True, plot=False, overrides=overrides)
-    wall = time.monotonic() - t0
-    return cfg, ds.load(), wall
+    for f in cfg.sweep.frequencies_hz:
+        outs.append(loop.run(float(f), carry))
+        refs.append(rig.emulated_interface_response(ns, F, float(f), loop.orders))
+    return cfg, rig, outs, refs, time.monotonic() - t0
 
 
-def physical_minimum(cfg, ds) -> np.ndarray:
-    rig = load_rig(cfg.rig_path, cfg.rig_overrides)
-    ps = rig.physical
-    f = ds.frequency.values
+def frf_error(cfg, outs, refs) -> float:
+    """Worst |U_measured - U_exact| / |U_exact| at harmonic 1 over points and DOFs."""
+    k = list(cfg.sweep.harmonics).index(1)
+    errs = [np.abs(o.final.meas.displacement[:, k] - r[:, k]) / np.abs(r[:, k]) for o, r in zip(outs, refs)]
+    return float(np.max(errs))
+
+
+def physical_minimum(cfg, outs) -> np.ndarray:
+    ps = load_rig(cfg.rig_path, cfg.rig_overrides).physical
+    f = np.array([o.frequency_hz for o in outs])
     w = 2 * np.pi * f
     zeta = ps.zeta_mass / (2 * w) + ps.zeta_stiffness * w / 2
-    U = ds.interface_displacement.sel(harmonic=1).values  # (point, dof)
+    k = list(cfg.sweep.harmonics).index(1)
+    U = np.array([o.final.meas.displacement[:, k] for o in outs])  # (point, dof)
     weights = np.array([1.0, cfg.test.rotation_length])
     dU = np.r_[np.linalg.norm(U[0] * weights), np.linalg.norm(np.diff(U, axis=0) * weights, axis=1)]
     tr = cfg.test.transient_tolerance
     n_settle = f * np.log(np.maximum(dU / tr, 1.0)) / (zeta * w)
-    var = ds.interface_displacement_variance.sel(harmonic=1).values
+    var = np.array([o.final.meas.displacement_variance[:, k] for o in outs])
     sigma = np.sqrt(np.sum(var * weights**2, axis=1))
-    n_final = cfg.test.averaging_periods  # variance reported for the last window: scale to one period
+    n_final = np.array([o.final.window_periods[-1] for o in outs])
     n_avg = np.maximum(n_final * (3 * sigma / cfg.test.tolerance) ** 2, 1.0)
     return n_settle + n_avg
 
@@ -67,27 +92,41 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", type=int, default=None, help="sweep points (default: the file's)")
     ap.add_argument("--sweep", type=Path, default=ROOT / "sweeps" / "bare-beam.toml")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1], help="noise seeds of the twin")
+    ap.add_argument("--profiles", nargs="+", default=["published", "hbtest"])
     a = ap.parse_args()
-    results = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for profile in ("published", "hbtest"):
-            cfg, ds, wall = run_profile(a.sweep, profile, a.points, Path(tmp))
-            err = np.abs(frf.relative_error(ds)).max().item()
-            res = frf.compare_resonance(ds)
-            periods = float(ds.rig_periods.sum())
-            results[profile] = (cfg, ds, periods)
+    per_point = {}
+    minimum = []
+    for profile in a.profiles:
+        total, n_points = 0.0, 0
+        for seed in a.seeds:
+            cfg, rig, outs, refs, wall = run_profile(a.sweep, profile, a.points, seed)
+            n = len(outs)
+            conv = sum(o.converged for o in outs)
+            bd = [o.breakdown() for o in outs]
+            mean = {key: float(np.mean([b[key] for b in bd])) for key in bd[0]}
+            reasons = sorted({o.reason for o in outs if not o.converged})
             print(
-                f"{profile:>9}: converged {int(ds.converged.sum())}/{ds.sizes['frequency']}, "
-                f"median iterations per point {float(np.median(ds.iterations)):.1f}, "
-                f"total periods {periods:.0f}, max FRF error {100 * err:.2f} %, "
-                f"resonance error {100 * abs(res['frequency_relative_difference']):.4f} %, wall {wall:.1f} s"
+                f"{profile:>9} seed {seed}: converged {conv}/{n}{' (' + ', '.join(reasons) + ')' if reasons else ''}, "
+                f"median iterations per point {float(np.median([o.iterations for o in outs])):.1f}, "
+                f"periods per point {mean['total']:.0f}, max FRF error {100 * frf_error(cfg, outs, refs):.2f} %, wall {wall:.1f} s"
             )
-        cfg, ds, periods = results["hbtest"]
-        minimum = physical_minimum(cfg, ds)
-        ratio_min = float(np.sum(ds.rig_periods.values) / np.sum(minimum))
-        print(f"hbtest periods per point {periods / ds.sizes['frequency']:.0f}; physical minimum per point "
-              f"{np.mean(minimum):.0f}; hbtest/minimum={ratio_min:.2f}")
-        print(f"rig_time_ratio={results['published'][2] / results['hbtest'][2]:.2f}")
+            print(
+                f"{'':>9}   per point: " + ", ".join(f"{k} {mean[k]:.0f}" for k in PHASES)
+                + " | " + ", ".join(f"{k} {mean[k]:.0f}" for k in PURPOSES)
+                + f" | evaluations {mean['evaluations']:.1f}"
+            )
+            total += mean["total"] * n
+            n_points += n
+            if profile == "hbtest":
+                minimum.extend(physical_minimum(cfg, outs))
+        per_point[profile] = total / n_points
+    if "hbtest" in per_point:
+        m = float(np.mean(minimum))
+        print(f"hbtest periods per point {per_point['hbtest']:.0f}; physical minimum per point {m:.0f}")
+        print(f"periods_over_minimum={per_point['hbtest'] / m:.2f}")
+    if {"published", "hbtest"} <= set(per_point):
+        print(f"rig_time_ratio={per_point['published'] / per_point['hbtest']:.2f}")
     return 0
 
 

@@ -14,6 +14,20 @@ class SolverProfile(abc.ABC):
     name = ""
     #: estimate and subtract the known mains frequencies in the harmonic fit
     reject_mains = False
+    #: least number of windows of an evaluation (the settling check needs two)
+    min_settle_windows = 2
+    #: fit the steady state through the transient (known modes) instead of waiting, where
+    #: the rig offers raw records and its modes (:meth:`PointLoop.evaluate_through_transient`)
+    fit_transient = False
+
+    def max_windows(self, s) -> int:
+        """Most windows of one evaluation (settled or not)."""
+        return int(s.max_settle_windows)
+
+    def settle_distance(self, loop, num, prev, cur) -> float:
+        """Change between two successive windows, each ``(measurement, displacement-form
+        residual R)``: by default the convergence norm of the change of R [m]."""
+        return loop.norm(cur[1] - prev[1])
 
     def initial_window(self, s) -> int:
         """Periods of the first averaging window."""

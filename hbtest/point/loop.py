@@ -20,16 +20,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import harmonics, solver
+from .. import estimators, harmonics, solver
 from ..errors import RigTrip
+from ..rig import ChannelCoefficients
 from ..sensors import InterfaceMeasurement, measure_interface, measure_interface_from_coefficients
 from .base import get_profile
 from .numerical import NumericalSide
 
-__all__ = ["PointSettings", "Evaluation", "PointOutcome", "Carry", "PointLoop", "STOP_REASONS", "OVERRANGE_FRACTION"]
+__all__ = ["PointSettings", "Evaluation", "PointOutcome", "Carry", "PointLoop", "STOP_REASONS", "OVERRANGE_FRACTION", "EVALUATION_KINDS"]
 
 #: why a point stopped (stored per point as ``stop_reason``)
 STOP_REASONS = ("converged", "iteration_limit", "voltage_limit", "overrange", "trip", "stalled")
+
+#: why an evaluation was measured (:attr:`Evaluation.kind`): the start of a point, a solver
+#: step, a line-search trial, a finite-difference perturbation (Jacobian)
+EVALUATION_KINDS = ("start", "iteration", "line_search", "finite_difference")
 
 #: a channel whose |sample| reaches this fraction of the ADC full scale is taken as clipped
 OVERRANGE_FRACTION = 0.999
@@ -92,6 +97,19 @@ class Evaluation:
     settled: bool
     overrange: tuple = ()  # channels that reached the ADC full scale (clipped) in the last window
     clipped: bool = False  # the demand was scaled down to the rig's voltage limit
+    ramp_periods: float = 0.0  # forcing periods of the ramp to this demand (part of ``periods``)
+    window_periods: tuple = ()  # periods of each acquisition window, in order; the last is kept
+    kind: str = "iteration"  # why it was measured: one of :data:`EVALUATION_KINDS`
+
+    @property
+    def settling_periods(self) -> float:
+        """Periods of the windows measured only to see the transient decay (all but the last)."""
+        return float(sum(self.window_periods[:-1]))
+
+    @property
+    def averaging_periods(self) -> float:
+        """Periods of the window whose coefficients are kept (the last)."""
+        return float(self.window_periods[-1]) if self.window_periods else 0.0
 
 
 @dataclass
@@ -118,6 +136,25 @@ class PointOutcome:
     history: list  # of Evaluation, one per rig evaluation (line-search/FD trials included)
     message: str
     reason: str = "converged"
+
+    def breakdown(self) -> dict[str, float]:
+        """Where the rig time of the point went, in forcing periods. Two views of the same
+        total: by phase (``ramp``, ``settling`` — windows discarded while the transient
+        decays, ``averaging`` — the windows kept, ``other`` — rig time outside evaluations,
+        e.g. a safe-state ramp) and by purpose (one key per :data:`EVALUATION_KINDS`:
+        ``start``, ``iteration``, ``line_search``, ``finite_difference``), plus
+        ``evaluations``, their count. ``ramp + settling + averaging + other == total``."""
+        out = dict(ramp=0.0, settling=0.0, averaging=0.0)
+        out.update({k: 0.0 for k in EVALUATION_KINDS})
+        for e in self.history:
+            out["ramp"] += e.ramp_periods
+            out["settling"] += e.settling_periods
+            out["averaging"] += e.averaging_periods
+            out[e.kind] += e.periods
+        out["other"] = self.rig_periods - out["ramp"] - out["settling"] - out["averaging"]
+        out["total"] = self.rig_periods
+        out["evaluations"] = float(len(self.history))
+        return out
 
 
 @dataclass(frozen=True)
@@ -157,6 +194,7 @@ class PointLoop:
         self.progress = progress
         self.window = self.profile.initial_window(settings)
         self._scaleY = None
+        self._modes = None
 
     # -- packing helpers -------------------------------------------------------------------
     def weights(self) -> np.ndarray:
@@ -217,34 +255,115 @@ class PointLoop:
             over |= {n for n, x in acq.data.items() if np.max(np.abs(x)) >= limit}
         return meas, tuple(sorted(over))
 
-    def evaluate(self, num: NumericalSide, V: np.ndarray, transient_tol: float | None = None) -> Evaluation:
-        """Apply ``V`` (clipped to the voltage limit), settle, measure. Rig time: ramp +
-        windows until the profile judges the residual settled (default tolerance: the test's
-        transient tolerance); the profile also sizes the windows."""
+    def transient_modes(self):
+        """The system's eigenvalues [rad/s] a transient fit needs, or None when this rig does
+        not offer them (``modes()``) or averages on the device (no raw record to fit)."""
+        if hasattr(self.rig, "acquire_coefficients") or not hasattr(self.rig, "modes"):
+            return None
+        if self._modes is None:
+            self._modes = np.asarray(self.rig.modes(), dtype=complex)
+        return self._modes
+
+    def _fit_record(self, records: list, f: float, modes):
+        """Steady state of the concatenated raw ``records`` (acquired after the ramp) by
+        :func:`hbtest.estimators.fit_through_transient`: (InterfaceMeasurement, over range)."""
+        names = list(records[0].data)
+        t = np.concatenate([a.t for a in records])
+        x = np.stack([np.concatenate([a.data[c] for a in records]) for c in names])
+        nuisance = self.layout.mains_frequencies if self.profile.reject_mains else ()
+        tf = estimators.fit_through_transient(t, x, f, self.orders, modes, t0=float(t[0]), nuisance_hz=nuisance)
+        over = set()
+        for a in records:
+            over |= set(getattr(a, "overrange", ()))
+            if self.input_range:
+                limit = OVERRANGE_FRACTION * self.input_range
+                over |= {n for n, xx in a.data.items() if np.max(np.abs(xx)) >= limit}
+        n_periods = int(sum(a.n_periods for a in records))
+        rec = ChannelCoefficients({c: tf.coefficients[i] for i, c in enumerate(names)}, {c: tf.variance[i] for i, c in enumerate(names)},
+                                  self.orders, f, n_periods, records[-1].elapsed_s, tuple(sorted(over)))
+        return measure_interface_from_coefficients(rec, self.layout, self.orders, self.s.force_method), tuple(sorted(over))
+
+    def evaluate_through_transient(self, num: NumericalSide, V: np.ndarray, transient_tol: float | None = None, kind: str = "iteration") -> Evaluation:
+        """Apply ``V``, and instead of waiting for the transient, fit the steady state and the
+        free decay of the system's modes together on the record that starts when the ramp
+        ends (:mod:`hbtest.estimators`). The record grows (every period measured is kept in
+        the fit) until the residual noise meets the profile's window rule
+        (:meth:`SolverProfile.next_window` gives the periods the noise target needs)."""
         transient_tol = self.s.transient_tolerance if transient_tol is None else transient_tol
         V, clipped = solver.clip_voltage(V, self.n_act, self.voltage_limit, self.orders)
         t0 = self.rig.elapsed_s
         f = num.frequency_hz
         self.rig.set_demand(f, self.unpack_voltage(V), self.orders, ramp_periods=self.s.ramp_periods)
+        t_ramp = self.rig.elapsed_s
+        modes = self.transient_modes()
+        records, lengths = [], []
+        total = 0
+        want = max(int(self.window), int(self.s.min_window_periods))
+        windows = 0
+        for windows in range(1, max(1, self.profile.max_windows(self.s)) + 1):
+            tw = self.rig.elapsed_s
+            records.append(self.rig.acquire(int(want - total)))
+            lengths.append((self.rig.elapsed_s - tw) * f)
+            total = want
+            meas, over = self._fit_record(records, f, modes)
+            U_N, R, vec, noise = self.residual(num, meas)
+            want = self.profile.next_window(total, noise, transient_tol, self.s)
+            if want <= total or over:
+                break
+        self.window = want
+        scaleY = self.output_scale(num)
+        Y = scaleY * np.concatenate([self.pack2(meas.displacement), self.pack2(meas.force)])
+        periods = (self.rig.elapsed_s - t0) * f
+        # every window is kept in the fit: the breakdown counts them all as averaging
+        return Evaluation(V.copy(), meas, U_N, R, self.norm(R), vec, Y, noise, periods, windows, True, over, clipped,
+                          ramp_periods=(t_ramp - t0) * f, window_periods=(float(sum(lengths)),), kind=kind)
+
+    def evaluate(self, num: NumericalSide, V: np.ndarray, transient_tol: float | None = None, kind: str = "iteration") -> Evaluation:
+        """Apply ``V`` (clipped to the voltage limit), settle, measure. Rig time: ramp +
+        windows until the profile judges the residual settled (default tolerance: the test's
+        transient tolerance); the profile also sizes the windows, sets the least and most
+        windows and measures the change between windows (:meth:`SolverProfile.settle_distance`).
+        ``kind``: why the evaluation is made (:data:`EVALUATION_KINDS`), for the rig-time
+        breakdown."""
+        if self.profile.fit_transient and self.transient_modes() is not None:
+            return self.evaluate_through_transient(num, V, transient_tol, kind)
+        transient_tol = self.s.transient_tolerance if transient_tol is None else transient_tol
+        V, clipped = solver.clip_voltage(V, self.n_act, self.voltage_limit, self.orders)
+        t0 = self.rig.elapsed_s
+        f = num.frequency_hz
+        self.rig.set_demand(f, self.unpack_voltage(V), self.orders, ramp_periods=self.s.ramp_periods)
+        t_ramp = self.rig.elapsed_s
         prof = self.profile
-        prev_R, prev_d = None, None
+        prev, prev_d = None, None
         settled = False
         scaleY = self.output_scale(num)
         windows = 0
-        for windows in range(1, self.s.max_settle_windows + 1):
+        lengths = []
+        least = prof.min_settle_windows
+        most = max(least, prof.max_windows(self.s))
+        for windows in range(1, most + 1):
+            tw = self.rig.elapsed_s
             meas, over = self._measure(self.window)
+            lengths.append((self.rig.elapsed_s - tw) * f)
             U_N, R, vec, noise = self.residual(num, meas)
             self.window = prof.next_window(self.window, noise, transient_tol, self.s)
-            if prev_R is not None:
-                d = self.norm(R - prev_R)
-                if prof.settled(d, prev_d, noise, transient_tol):
+            if prev is not None:
+                d = prof.settle_distance(self, num, prev, (meas, R))
+                if windows >= least and prof.settled(d, prev_d, noise, transient_tol):
                     settled = True
                     break
                 prev_d = d
-            prev_R = R
+            prev = (meas, R)
         Y = scaleY * np.concatenate([self.pack2(meas.displacement), self.pack2(meas.force)])
         periods = (self.rig.elapsed_s - t0) * f
-        return Evaluation(V.copy(), meas, U_N, R, self.norm(R), vec, Y, noise, periods, windows, settled, over, clipped)
+        return Evaluation(V.copy(), meas, U_N, R, self.norm(R), vec, Y, noise, periods, windows, settled, over, clipped,
+                          ramp_periods=(t_ramp - t0) * f, window_periods=tuple(lengths), kind=kind)
+
+    def force_residual(self, num: NumericalSide, meas) -> np.ndarray:
+        """The force-form residual ``D_N U_P + F_P - F_e``, packed, in newtons: force rows in N,
+        moment rows divided by ``rotation_length`` (the force pair at that lever, N)."""
+        RF = np.einsum("kij,jk->ik", num.D, meas.displacement) + meas.force - num.F_e
+        return self.pack2(RF) * np.repeat([1.0, 1.0 / self.s.rotation_length], self.p)
 
     # -- Jacobians -------------------------------------------------------------------------
     def residual_jacobian_from_G(self, num: NumericalSide, G: np.ndarray) -> np.ndarray:
@@ -266,7 +385,7 @@ class PointLoop:
         JR = np.empty((base.vector.size, m))
         G = np.empty((base.Y.size, m))
         for j, dv in enumerate(solver.finite_difference_columns(m, self.s.fd_step_v).T):
-            e = self.evaluate(num, base.V + dv, transient_tol)
+            e = self.evaluate(num, base.V + dv, transient_tol, kind="finite_difference")
             history.append(e)
             step = e.V - base.V
             jj = int(np.argmax(np.abs(step)))

@@ -1,0 +1,126 @@
+"""Steady-state estimators that do not wait for the transient to die (issue 16).
+
+After a demand change has finished ramping, a linear rig's channels are exactly
+
+    x(t) = sum_k Re(X_k e^{i k w t}) + sum_m Re(c_m e^{lambda_m (t - t0)}) + interference + noise,
+
+the new periodic steady state (coefficients ``X_k``, the hbtest.harmonics convention
+``X_k = a_k - i b_k``: ``a_k cos + b_k sin``) plus the free decay of the system's modes
+(eigenvalues ``lambda_m`` [rad/s], ``Re lambda < 0``; known from the design model or the rig's
+own identification, e.g. :meth:`hbtest.rig.virtual.VirtualRig.modes`). :func:`fit_through_transient`
+fits both together by least squares on a short record, so the steady state is available
+after a few periods instead of after ``ln(dU/tol) / (zeta w)`` seconds of waiting.
+
+Units: ``t`` [s] in the demand's time base (phase zero at t = 0), ``x`` in the channel's own
+units (raw volts for the rig's channels); coefficients in the same units; variances of the
+complex coefficients ``E|X - E X|^2`` in units squared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .harmonics import _orders, unpack
+
+__all__ = ["TransientFit", "fit_through_transient", "relevant_modes", "MODE_DECAY_LIMIT"]
+
+#: a mode is fitted only while it has not decayed by more than ``e^-MODE_DECAY_LIMIT`` at
+#: the start of the record (faster modes are gone before the fit starts: their columns would
+#: be numerically zero)
+MODE_DECAY_LIMIT = 30.0
+
+
+@dataclass(frozen=True)
+class TransientFit:
+    """Result of :func:`fit_through_transient`.
+
+    coefficients: complex (..., n_orders) — the steady-state harmonic coefficients.
+    variance: real (..., n_orders) — variance of each complex coefficient from the least-squares
+        covariance and the residual noise (white-noise model).
+    modes: the eigenvalues fitted (Im >= 0 members).
+    residual_rms: real (...,) — rms of what the model does not explain.
+    """
+
+    coefficients: np.ndarray
+    variance: np.ndarray
+    modes: np.ndarray
+    residual_rms: np.ndarray
+
+
+def relevant_modes(modes, since_s: float, sample_rate_hz: float) -> np.ndarray:
+    """The modes (Im >= 0 members) still alive ``since_s`` seconds after the demand stopped
+    changing (decay ``Re(lambda) since_s > -MODE_DECAY_LIMIT``) and below the Nyquist
+    frequency."""
+    lam = np.asarray(modes, dtype=complex).reshape(-1)
+    lam = lam[np.imag(lam) >= 0]
+    alive = np.real(lam) * max(since_s, 0.0) > -MODE_DECAY_LIMIT
+    below = np.abs(np.imag(lam)) < np.pi * sample_rate_hz
+    return lam[alive & below]
+
+
+def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | None = None, nuisance_hz=()) -> TransientFit:
+    """Least-squares steady-state coefficients of ``x`` (time on the last axis) sampled at
+    ``t`` [s], with the free decay of each mode in ``modes`` (eigenvalues [rad/s]; a complex
+    pair is given by one member, a real mode by itself) starting at ``t0`` [s] (default: the
+    first sample) and the interferers ``nuisance_hz`` as extra regressors.
+
+    Exact for a noise-free linear system whose demand is constant from ``t0`` on and whose
+    modes are all given. The record needs more samples than regressors
+    (``2 n_orders + 2 n_modes + 2 n_nuisance``)."""
+    orders = _orders(orders)
+    t = np.asarray(t, dtype=float)
+    x = np.asarray(x, dtype=float)
+    if x.shape[-1] != t.size:
+        raise ValueError(f"time axis mismatch: t has {t.size} samples, x has {x.shape[-1]}")
+    if frequency_hz <= 0:
+        raise ValueError("frequency_hz must be positive")
+    t0 = float(t[0]) if t0 is None else float(t0)
+    lam = np.asarray(modes, dtype=complex).reshape(-1)
+    tau = t - t0
+    cols = []
+    for k in orders:
+        if k == 0:
+            cols.append(np.ones_like(t))
+        else:
+            cols += [np.cos(k * 2 * np.pi * frequency_hz * t), np.sin(k * 2 * np.pi * frequency_hz * t)]
+    n_h = len(cols)
+    for fn in nuisance_hz:
+        if all(abs(fn - k * frequency_hz) > 1e-9 for k in orders):
+            cols += [np.cos(2 * np.pi * fn * t), np.sin(2 * np.pi * fn * t)]
+    for m in lam:
+        env = np.exp(np.real(m) * tau)
+        if abs(np.imag(m)) <= 1e-9 * abs(m):
+            cols.append(env)
+        else:
+            cols += [env * np.cos(np.imag(m) * tau), env * np.sin(np.imag(m) * tau)]
+    A = np.stack(cols, axis=-1)
+    if A.shape[0] <= A.shape[1]:
+        raise ValueError(f"{A.shape[0]} samples cannot resolve {A.shape[1]} regressors")
+    # column scaling for conditioning; a QR solve of the whole problem
+    scale = np.linalg.norm(A, axis=0)
+    scale[scale == 0] = 1.0
+    As = A / scale
+    xs = np.moveaxis(x, -1, 0).reshape(t.size, -1)
+    Q, Rm = np.linalg.qr(As)
+    beta = np.linalg.lstsq(Rm, Q.T @ xs, rcond=1e-12)[0] / scale[:, None]
+    resid = xs - A @ beta
+    dof = max(t.size - A.shape[1], 1)
+    s2 = np.sum(resid**2, axis=0) / dof  # (channels,)
+    Rinv = np.linalg.pinv(Rm, rcond=1e-12)
+    cov_diag = np.sum(Rinv[:n_h] ** 2, axis=1) / scale[:n_h] ** 2  # (n_h,) per unit noise variance
+    lead = x.shape[:-1]
+    coef = unpack(beta[:n_h].T.reshape(lead + (n_h,)), orders)
+    # variance of the complex coefficient: var(a) + var(b) (DC: var(a))
+    per = []
+    i = 0
+    for k in orders:
+        if k == 0:
+            per.append(cov_diag[i])
+            i += 1
+        else:
+            per.append(cov_diag[i] + cov_diag[i + 1])
+            i += 2
+    var = np.multiply.outer(s2, np.array(per)).reshape(lead + (orders.size,))
+    return TransientFit(coef, var, lam, np.sqrt(s2).reshape(lead))

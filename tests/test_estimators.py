@@ -1,0 +1,103 @@
+"""Steady state through the transient: exact on synthetic signals with known decays, and on the
+twin after a step in demand (fit after 2 and 4 periods vs the exact steady state of
+``VirtualRig.steady_state``), where waiting-and-averaging the same record is far off."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from hbtest import harmonics
+from hbtest.config import load_rig, load_sweep
+from hbtest.estimators import fit_through_transient, relevant_modes
+from hbtest.rig import open_rig
+
+ROOT = Path(__file__).resolve().parents[1]
+BARE = ROOT / "sweeps" / "bare-beam.toml"
+QUIET = ["virtual.noise.laser_rms_um=0.0", "virtual.noise.gauge_rms_microstrain=0.0", "virtual.mains.amplitude_microstrain=0.0"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), f=st.floats(5.0, 40.0))
+def test_exact_on_a_multisine_plus_known_decays(seed, f):
+    rng = np.random.default_rng(seed)
+    orders = np.array([0, 1, 3])
+    X = rng.normal(size=(2, 3)) + 1j * rng.normal(size=(2, 3))
+    X[:, 0] = X[:, 0].real
+    modes = np.array([-0.5 + 2j * np.pi * (f * 1.01), -30.0 + 2j * np.pi * 7.0, -4.0])  # near-resonant, fast, real
+    c = rng.normal(size=(2, 3)) + 1j * rng.normal(size=(2, 3))
+    fs = 2000.0
+    t = 3.7 + np.arange(int(2 * fs / f)) / fs  # two periods, not starting at a period boundary
+    tau = t - t[0]
+    x = harmonics.reconstruct(t, X, f, orders) + np.real(c @ np.exp(np.multiply.outer(modes, tau)))
+    out = fit_through_transient(t, x, f, orders, modes)
+    np.testing.assert_allclose(out.coefficients, X, atol=1e-6 * np.abs(X).max())
+    assert np.all(out.residual_rms < 1e-8 * np.abs(x).max())
+
+
+def test_mains_interference_is_regressed_out():
+    f, fs = 17.0, 5000.0
+    t = np.arange(int(3 * fs / f)) / fs
+    X = np.array([0.3 - 0.2j])
+    mode = np.array([-1.0 + 2j * np.pi * 18.0])
+    x = harmonics.reconstruct(t, X, f, [1]) + np.real(0.5 * np.exp(mode[0] * t)) + 2.0 * np.sin(2 * np.pi * 50 * t + 0.3) + 0.7 * np.cos(2 * np.pi * 100 * t)
+    out = fit_through_transient(t, x, f, [1], mode, nuisance_hz=(50.0, 100.0))
+    np.testing.assert_allclose(out.coefficients, X, atol=1e-9)
+    without = fit_through_transient(t, x, f, [1], mode)
+    assert abs(without.coefficients[0] - X[0]) > 1e-3  # the regressors are what removed it
+
+
+def test_variance_matches_the_spread_over_noise_realisations():
+    f, fs = 20.0, 2000.0
+    t = np.arange(int(4 * fs / f)) / fs
+    mode = np.array([-2.0 + 2j * np.pi * 21.0])
+    rng = np.random.default_rng(7)
+    x0 = harmonics.reconstruct(t, np.array([1.0 + 0.5j]), f, [1]) + np.real(0.3 * np.exp(mode[0] * t))
+    fits = [fit_through_transient(t, x0 + 0.05 * rng.normal(size=t.size), f, [1], mode) for _ in range(400)]
+    spread = np.var([ft.coefficients[0] for ft in fits]) * 400 / 399
+    predicted = np.mean([ft.variance[0] for ft in fits])
+    assert predicted == pytest.approx(spread, rel=0.2)
+
+
+def test_relevant_modes_drops_decayed_and_aliased_modes():
+    lam = np.array([-1.0 + 10j, -1.0 - 10j, -1e4 + 10j, -1.0 + 2 * np.pi * 600j])
+    np.testing.assert_array_equal(relevant_modes(lam, 0.01, 1000.0), [-1.0 + 10j])
+
+
+def _step(extra=()):
+    cfg = load_sweep(BARE, [])
+    rig = open_rig(load_rig(cfg.rig_path, list(cfg.rig_overrides) + list(extra)), seed=2)
+    f, orders = 18.5, np.array([1])
+    V1, V2 = np.array([[0.2], [0.1j]]), np.array([[0.3 - 0.1j], [0.05]])
+    rig.set_demand(f, V1, orders)
+    rig.wait(200)
+    rig.set_demand(f, V2, orders, ramp_periods=2.0)  # the step in demand; the fit starts when it ends
+    return rig, f, orders, rig.steady_state(f, V2, orders)
+
+
+@pytest.mark.parametrize("n_periods, tol", [(2, 1e-3), (4, 1e-4)])
+def test_twin_step_in_demand_fit_after_a_few_periods_matches_the_exact_steady_state(n_periods, tol):
+    rig, f, orders, exact = _step(QUIET)
+    acq = rig.acquire(n_periods)
+    names = list(acq.data)
+    x = np.stack([acq.data[c] for c in names])
+    out = fit_through_transient(acq.t, x, f, orders, rig.modes())
+    plain = harmonics.fit(acq.t, x, f, orders, n_periods=n_periods)
+    for i, c in enumerate(names):
+        ex = exact.channels[c][0]
+        assert abs(out.coefficients[i][0] - ex) < tol * abs(ex), c
+        # waiting-free averaging of the same record is biased by the transient
+        assert abs(plain.coefficients[i][0] - ex) > 10 * abs(out.coefficients[i][0] - ex), c
+
+
+def test_twin_step_with_noise_and_mains_is_within_its_own_error_bars():
+    rig, f, orders, exact = _step()
+    acq = rig.acquire(4)
+    names = list(acq.data)
+    x = np.stack([acq.data[c] for c in names])
+    out = fit_through_transient(acq.t, x, f, orders, rig.modes(), nuisance_hz=rig.describe().sensors.mains_frequencies)
+    for i, c in enumerate(names):
+        err = abs(out.coefficients[i][0] - exact.channels[c][0])
+        assert err < 5 * np.sqrt(out.variance[i][0]) + 1e-6 * abs(exact.channels[c][0]), c
+        assert err < 2e-3 * abs(exact.channels[c][0]), c
