@@ -281,3 +281,26 @@ def test_reduce_with_the_true_calibration_recovers_the_true_interface_state(tmp_
     plain = RunStore.create(tmp_path / "plain.zarr", frequencies_hz=[18.0], harmonics=[1], actuators=["a", "b"], max_iterations=1, attrs={})
     assert main(["reduce", str(plain.path), "--calibration", str(cal), "--store", str(tmp_path / "x.zarr")]) == 2
     assert "no raw records" in capsys.readouterr().err
+
+
+def test_sweep_keeps_the_final_raw_record_of_every_point_when_asked(tmp_path):
+    """output.raw_records = true: every finished point's store slot holds the raw samples of
+    its final window (all channels, whole periods at the point's frequency); the twin's default
+    keeps none."""
+    from hbtest.config import load_sweep
+    from hbtest.store import RunStore
+    from hbtest.sweep import run
+
+    paper = Path(__file__).resolve().parents[1] / "sweeps" / "paper-cantilever.toml"
+    over = ["sweep.start_hz=16.0", "sweep.stop_hz=16.2", "sweep.points=2", "output.raw_records=true"]
+    run(load_sweep(paper, over), tmp_path / "raw.zarr", plot=False, overrides=over)
+    store = RunStore.open(tmp_path / "raw.zarr")
+    for i, f in enumerate(store.frequencies_hz):
+        acq = store.read_raw(i)
+        assert set(acq.data) == {"l1", "l2", "g1", "g2"}
+        n = acq.t.size
+        assert n > 0 and all(x.shape == (n,) for x in acq.data.values())
+        assert acq.frequency_hz == pytest.approx(f) and acq.n_periods >= 1
+        assert n == pytest.approx(acq.n_periods * acq.sample_rate_hz / f, abs=2)
+    run(load_sweep(paper, over[:-1]), tmp_path / "plain.zarr", plot=False, overrides=over[:-1])
+    assert RunStore.open(tmp_path / "plain.zarr").read_raw(0) is None  # a store without raw records ignores them

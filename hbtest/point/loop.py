@@ -100,6 +100,7 @@ class Evaluation:
     ramp_periods: float = 0.0  # forcing periods of the ramp to this demand (part of ``periods``)
     window_periods: tuple = ()  # periods of each acquisition window, in order; the last is kept
     kind: str = "iteration"  # why it was measured: one of :data:`EVALUATION_KINDS`
+    acq: object = None  # the last raw record (an Acquisition) where the rig gave samples, for the store
 
     @property
     def settling_periods(self) -> float:
@@ -241,19 +242,19 @@ class PointLoop:
         return U_N, R, vec, noise
 
     def _measure(self, n_periods: int):
-        """One window: (InterfaceMeasurement, channels over range)."""
+        """One window: (InterfaceMeasurement, channels over range, raw record or None)."""
         reject = self.profile.reject_mains
         if hasattr(self.rig, "acquire_coefficients"):
             nuisance = self.layout.mains_frequencies if reject else ()
             rec = self.rig.acquire_coefficients(int(n_periods), self.orders, nuisance_hz=nuisance)
-            return measure_interface_from_coefficients(rec, self.layout, self.orders, self.s.force_method), tuple(rec.overrange)
+            return measure_interface_from_coefficients(rec, self.layout, self.orders, self.s.force_method), tuple(rec.overrange), None
         acq = self.rig.acquire(int(n_periods))
         meas = measure_interface(acq, self.layout, self.orders, self.s.force_method, reject_mains=reject)
         over = set(getattr(acq, "overrange", ()))
         if self.input_range:
             limit = OVERRANGE_FRACTION * self.input_range
             over |= {n for n, x in acq.data.items() if np.max(np.abs(x)) >= limit}
-        return meas, tuple(sorted(over))
+        return meas, tuple(sorted(over)), acq
 
     def transient_modes(self):
         """The system's eigenvalues [rad/s] a transient fit needs, or None when this rig does
@@ -316,7 +317,7 @@ class PointLoop:
         periods = (self.rig.elapsed_s - t0) * f
         # every window is kept in the fit: the breakdown counts them all as averaging
         return Evaluation(V.copy(), meas, U_N, R, self.norm(R), vec, Y, noise, periods, windows, True, over, clipped,
-                          ramp_periods=(t_ramp - t0) * f, window_periods=(float(sum(lengths)),), kind=kind)
+                          ramp_periods=(t_ramp - t0) * f, window_periods=(float(sum(lengths)),), kind=kind, acq=records[-1])
 
     def evaluate(self, num: NumericalSide, V: np.ndarray, transient_tol: float | None = None, kind: str = "iteration") -> Evaluation:
         """Apply ``V`` (clipped to the voltage limit), settle, measure. Rig time: ramp +
@@ -343,7 +344,7 @@ class PointLoop:
         most = max(least, prof.max_windows(self.s))
         for windows in range(1, most + 1):
             tw = self.rig.elapsed_s
-            meas, over = self._measure(self.window)
+            meas, over, acq = self._measure(self.window)
             lengths.append((self.rig.elapsed_s - tw) * f)
             U_N, R, vec, noise = self.residual(num, meas)
             self.window = prof.next_window(self.window, noise, transient_tol, self.s)
@@ -357,7 +358,7 @@ class PointLoop:
         Y = scaleY * np.concatenate([self.pack2(meas.displacement), self.pack2(meas.force)])
         periods = (self.rig.elapsed_s - t0) * f
         return Evaluation(V.copy(), meas, U_N, R, self.norm(R), vec, Y, noise, periods, windows, settled, over, clipped,
-                          ramp_periods=(t_ramp - t0) * f, window_periods=tuple(lengths), kind=kind)
+                          ramp_periods=(t_ramp - t0) * f, window_periods=tuple(lengths), kind=kind, acq=acq)
 
     def force_residual(self, num: NumericalSide, meas) -> np.ndarray:
         """The force-form residual ``D_N U_P + F_P - F_e``, packed, in newtons: force rows in N,

@@ -561,8 +561,6 @@ class RunStore:
             raise ValueError(f"{self.path}: store was created without reference_interface_displacement")
         if self.raw_channels:
             values.update(self._raw_values(rec.raw_record))
-        elif rec.raw_record is not None:
-            raise ValueError(f"{self.path}: store was created without raw records")
         data = xr.Dataset({k: (("frequency",) + _SCHEMA[k][0], np.asarray(v)[None, ...]) for k, v in values.items()})
         flag = lambda v: xr.Dataset({"done": (("frequency",), np.array([v], dtype=bool))})  # noqa: E731
         if self.done()[index]:
