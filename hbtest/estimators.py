@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .harmonics import _orders, unpack
+from .harmonics import check_orders, unpack
 
 __all__ = ["TransientFit", "fit_through_transient", "relevant_modes", "MODE_DECAY_LIMIT"]
 
@@ -69,7 +69,7 @@ def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | 
     Exact for a noise-free linear system whose demand is constant from ``t0`` on and whose
     modes are all given. The record needs more samples than regressors
     (``2 n_orders + 2 n_modes + 2 n_nuisance``)."""
-    orders = _orders(orders)
+    orders = check_orders(orders)
     t = np.asarray(t, dtype=float)
     x = np.asarray(x, dtype=float)
     if x.shape[-1] != t.size:

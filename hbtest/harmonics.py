@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
+    "check_orders",
     "HarmonicFit",
     "fit",
     "reconstruct",
@@ -36,7 +37,8 @@ __all__ = [
 ]
 
 
-def _orders(orders) -> np.ndarray:
+def checkcheck_orders(orders) -> np.ndarray:
+    """Harmonic orders as a 1-D int array; ValueError unless distinct and non-negative."""
     o = np.atleast_1d(np.asarray(orders, dtype=int))
     if o.ndim != 1 or o.size == 0 or np.any(o < 0) or len(set(o.tolist())) != o.size:
         raise ValueError(f"harmonic orders must be distinct non-negative integers, got {orders!r}")
@@ -100,7 +102,7 @@ def fit(
     subtracted, so a known interferer is removed rather than only averaged down. A nuisance
     within one bin (``f / n_periods``) of a solved harmonic cannot be separated and is skipped.
     """
-    orders = _orders(orders)
+    orders = check_orders(orders)
     t = np.asarray(t, dtype=float)
     x = np.asarray(x)
     if x.shape[-1] != t.size:
@@ -155,7 +157,7 @@ def fit(
 
 def reconstruct(t: np.ndarray, coefficients: np.ndarray, frequency_hz: float, orders) -> np.ndarray:
     """Time signal x(t) from complex coefficients (last axis = orders). Output (..., len(t))."""
-    orders = _orders(orders)
+    orders = check_orders(orders)
     coefficients = np.asarray(coefficients)
     phase = 2 * np.pi * frequency_hz * np.asarray(t, dtype=float)
     e = np.exp(1j * np.multiply.outer(orders, phase))  # (n_orders, n_t)
@@ -166,7 +168,7 @@ def reconstruct(t: np.ndarray, coefficients: np.ndarray, frequency_hz: float, or
 def rotate(coefficients: np.ndarray, orders, phase_rad, gain=None) -> np.ndarray:
     """Rotate each harmonic by ``+phase_rad[k]`` (``X_k <- X_k e^{+i phi_k}``, SPEC §0) and
     divide by ``gain[k]`` when given. ``phase_rad``/``gain`` broadcast against the last axis."""
-    orders = _orders(orders)
+    orders = check_orders(orders)
     out = np.asarray(coefficients) * np.exp(1j * np.asarray(phase_rad, dtype=float))
     if gain is not None:
         out = out / np.asarray(gain, dtype=float)
@@ -183,14 +185,14 @@ def lag_correct(coefficients: np.ndarray, frequency_hz: float, orders, response)
     """Undo a known linear channel response ``G(f)`` (callable: Hz -> complex) per harmonic:
     ``X_k <- X_k / G(k f)`` — a rotation by the lag ``phi_k = -arg G`` and an amplitude
     correction ``1/|G|``."""
-    orders = _orders(orders)
+    orders = check_orders(orders)
     g = np.asarray([response(k * frequency_hz) if k > 0 else response(0.0) for k in orders], dtype=complex)
     return rotate(coefficients, orders, -np.angle(g), np.abs(g))
 
 
 def packed_size(orders) -> int:
     """Number of real entries per channel in the packed vector."""
-    orders = _orders(orders)
+    orders = check_orders(orders)
     return int(sum(1 if k == 0 else 2 for k in orders))
 
 
@@ -198,7 +200,7 @@ def pack(coefficients: np.ndarray, orders) -> np.ndarray:
     """Complex coefficients (..., n_orders) -> real vector (..., packed_size), per channel
     ``[a0?, a_1, b_1, ...]`` with ``a_k = Re X_k``, ``b_k = -Im X_k``. Leading axes are
     flattened channel-major by :func:`numpy.reshape` when the caller reshapes to 1-D."""
-    orders = _orders(orders)
+    orders = check_orders(orders)
     c = np.asarray(coefficients)
     if c.shape[-1] != orders.size:
         raise ValueError(f"expected {orders.size} harmonic orders on the last axis, got {c.shape[-1]}")
@@ -214,7 +216,7 @@ def pack(coefficients: np.ndarray, orders) -> np.ndarray:
 
 def unpack(vector: np.ndarray, orders) -> np.ndarray:
     """Inverse of :func:`pack` along the last axis."""
-    orders = _orders(orders)
+    orders = check_orders(orders)
     v = np.asarray(vector, dtype=float)
     if v.shape[-1] != packed_size(orders):
         raise ValueError(f"expected {packed_size(orders)} packed entries, got {v.shape[-1]}")
@@ -235,7 +237,7 @@ def real_operator(A: np.ndarray, orders) -> np.ndarray:
     ``A`` (n_orders, m, n): ``pack(Y) = real_operator(A) @ pack(X)`` (flattened channel-major)
     for ``Y[:, k] = A[k] @ X[:, k]``. Built column by column through :func:`pack`/:func:`unpack`,
     so it follows the one packing convention whatever it is."""
-    orders = _orders(orders)
+    orders = check_orders(orders)
     A = np.asarray(A)
     n_ord, m, n = A.shape
     p = packed_size(orders)
@@ -289,7 +291,7 @@ def mains_proximity(frequency_hz, orders, mains_hz=50.0, mains_harmonics=(1, 2, 
     """Pairs (k, m) where harmonic k of the forcing lies within ``rel`` (relative) of mains
     multiple m — the cases where averaging converges slowly and a warning is due."""
     hits = []
-    for k in _orders(orders):
+    for k in check_orders(orders):
         if k == 0:
             continue
         for m in mains_harmonics:

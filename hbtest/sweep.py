@@ -126,6 +126,12 @@ def check_run(cfg: SweepConfig, rig_cfg) -> None:
             f"{cfg.sweep.start_hz:g} Hz is too low for this rig: one window of up to {window} periods at {fs:g} samples/s"
             f" is {record / 2**30:.1f} GiB of samples (limit {MAX_RECORD_BYTES / 2**30:g} GiB); raise start_hz or lower test.averaging_periods",
         )
+    if cfg.numerical.nonlinear and cfg.test.residual != "force":
+        raise ConfigError(
+            src, "test.residual",
+            "a nonlinear numerical substructure needs the force form (test.residual = \"force\"): the displacement form"
+            " needs U_N(F_P), which a hardening or contact structure may not reach from zero load",
+        )
     if cfg.sweep.points > MAX_POINTS:
         raise ConfigError(
             src, "sweep.points",
@@ -224,7 +230,7 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
     freqs = cfg.sweep.frequencies_hz
     orders = np.asarray(cfg.sweep.harmonics)
     settings = PointSettings.from_config(cfg)
-    ns = cfg.numerical.substructure()
+    ns = cfg.numerical.numerical_substructure()  # linear, or nonlinear elements by AFT harmonic balance
     F = cfg.excitation.force_vector(ns)
     say = progress or (lambda *_: None)
     done = store.done()
@@ -238,12 +244,14 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
         with _signals(policy):
             loop = PointLoop(rig, ns, F, settings)
             carry = _seed_carry(store, orders, todo[0]) if todo else Carry()
-            reference = getattr(rig, "emulated_interface_response", None)
+            # the twin's exact reference is of the linear emulated structure: none for a
+            # nonlinear numerical side
+            reference = getattr(rig, "emulated_interface_response", None) if not cfg.numerical.nonlinear else None
             say(RunStarted(cfg.name, str(store.path), desc.identity, cfg.solver.profile, len(todo), freqs.size, store.attrs.get("seed")))
             status = "completed"
             for n, i in enumerate(todo, 1):
                 out = loop.run(float(freqs[i]), carry)
-                ref = reference(ns, F, float(freqs[i]), orders) if reference is not None else None
+                ref = reference(ns.substructure, F, float(freqs[i]), orders) if reference is not None else None
                 try:
                     store.write_point(i, point_record(out, orders, loop.n_act, cfg.excitation.amplitude, ref))
                 except OSError as e:

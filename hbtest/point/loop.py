@@ -227,12 +227,21 @@ class PointLoop:
     # -- measurement -----------------------------------------------------------------------
     def residual(self, num: NumericalSide, meas):
         """(U_N, R, Broyden vector, residual noise std [m]) of a measurement."""
-        U_N = num.numerical_displacement(meas.force)
-        R = meas.displacement - U_N
         if self.s.residual_form == "force":
-            RF = np.einsum("kij,jk->ik", num.D, meas.displacement) + meas.force - num.F_e
+            RF = num.force_residual(meas.displacement, meas.force)
             vec = self.pack2(RF) * np.repeat([1.0, 1.0 / self.s.rotation_length], self.p) / np.abs(num.D).max()
+            if num.is_linear:
+                U_N = num.numerical_displacement(meas.force)
+            else:
+                # the displacement the numerical side would need for the measured force,
+                # linearised at U_P: U_N = U_P - (dRF/dU)^-1 RF (U_N(F_P) may not be reachable
+                # on a folding branch; the force form never needs it)
+                dU = np.linalg.solve(num.force_residual_jacobian(meas.displacement), self.pack2(RF))
+                U_N = meas.displacement - harmonics.unpack(dU.reshape(2, self.p), self.orders)
         else:
+            U_N = num.numerical_displacement(meas.force)
+        R = meas.displacement - U_N
+        if self.s.residual_form != "force":
             vec = self.weights() * self.pack2(R)
         # noise of the displacement residual: var U + |D_N^-1|^2 var F (per DOF, per order)
         Dinv = np.linalg.inv(num.D)
@@ -363,18 +372,20 @@ class PointLoop:
     def force_residual(self, num: NumericalSide, meas) -> np.ndarray:
         """The force-form residual ``D_N U_P + F_P - F_e``, packed, in newtons: force rows in N,
         moment rows divided by ``rotation_length`` (the force pair at that lever, N)."""
-        RF = np.einsum("kij,jk->ik", num.D, meas.displacement) + meas.force - num.F_e
+        RF = num.force_residual(meas.displacement, meas.force)
         return self.pack2(RF) * np.repeat([1.0, 1.0 / self.s.rotation_length], self.p)
 
     # -- Jacobians -------------------------------------------------------------------------
-    def residual_jacobian_from_G(self, num: NumericalSide, G: np.ndarray) -> np.ndarray:
-        """``dR/dV = [I, D_N^-1] G`` in the weighted packed coordinates of the chosen form."""
+    def residual_jacobian_from_G(self, num: NumericalSide, G: np.ndarray, at=None) -> np.ndarray:
+        """``dR/dV = [I, D_N^-1] G`` in the weighted packed coordinates of the chosen form.
+        A nonlinear numerical side needs the operating point ``at`` (a measurement with
+        ``displacement``): its ``d RF / d U_P`` replaces ``D_N`` in the force form."""
         n = 2 * self.p
         scaleY = self.output_scale(num)
         GU = G[:n] / scaleY[:n, None]
         GF = G[n:] / scaleY[n:, None]
         if self.s.residual_form == "force":
-            Dr = harmonics.real_operator(num.D, self.orders)
+            Dr = num.force_residual_jacobian(None if at is None else at.displacement)
             w = np.repeat([1.0, 1.0 / self.s.rotation_length], self.p) / np.abs(num.D).max()
             return w[:, None] * (Dr @ GU + GF)
         Dinv = harmonics.real_operator(np.linalg.inv(num.D), self.orders)

@@ -250,14 +250,14 @@ class HbtestProfile(SolverProfile):
         U = harmonics.unpack((Y[:n] / scaleY[:n]).reshape(2, loop.p), loop.orders)
         F = harmonics.unpack((Y[n:] / scaleY[n:]).reshape(2, loop.p), loop.orders)
         _, _, vec, _ = loop.residual(num, Measured(U, F))
-        J = loop.residual_jacobian_from_G(num, carry.G)
+        J = loop.residual_jacobian_from_G(num, carry.G, at=Measured(U, F))
         return loop.clip(V_prev + solver.limit_step(solver.newton_step(J, vec), self.prediction_step_factor * loop.s.max_step_v))
 
     def error_estimate(self, loop: PointLoop, num: NumericalSide, G: np.ndarray, e: Evaluation) -> tuple[float, float, np.ndarray]:
         """Newton step ``dV = -J_R^+ R`` and the interface-displacement error it implies,
         ``e_U = G_U J_R^+ R = (D_N + D_P)^-1 D_N R`` (weighted norm, metres), plus the noise
         amplification ``|G_U J_R^+|`` from residual to displacement error."""
-        J = loop.residual_jacobian_from_G(num, G)
+        J = loop.residual_jacobian_from_G(num, G, at=e.meas)
         dV = solver.newton_step(J, e.vector)
         GU = G[: 2 * loop.p]
         err = float(np.linalg.norm(GU @ dV))
