@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 
-def checkcheck_orders(orders) -> np.ndarray:
+def check_orders(orders) -> np.ndarray:
     """Harmonic orders as a 1-D int array; ValueError unless distinct and non-negative."""
     o = np.atleast_1d(np.asarray(orders, dtype=int))
     if o.ndim != 1 or o.size == 0 or np.any(o < 0) or len(set(o.tolist())) != o.size:
