@@ -72,3 +72,28 @@ class NumericalSubstructure(Protocol):
         """The inverse: the ``F_P`` giving interface displacement ``U`` (force form), with
         ``dF_P/dU`` packed (the answer's ``displacement`` field holds the force)."""
         ...
+
+
+class LinearPart:
+    """Mixin: the linear substructure (``self.substructure``, a
+    :class:`~hbtest.substructure.Substructure`) behind a numerical substructure — its structure,
+    interface, condensed dynamic stiffness and condensed external force."""
+
+    @property
+    def structure(self):
+        return self.substructure.structure
+
+    @property
+    def interface(self) -> tuple[str, ...]:
+        return self.substructure.interface
+
+    @property
+    def interface_index(self) -> list[int]:
+        return self.substructure.interface_index
+
+    def dynamic_stiffness(self, s) -> np.ndarray:
+        return self.substructure.dynamic_stiffness(s)
+
+    def condensed_force(self, F, s) -> np.ndarray:
+        return self.substructure.condensed_force(F, s)
+

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import harmonics
 from ..substructure import Substructure
-from .base import InterfaceResponse
+from .base import InterfaceResponse, LinearPart
 
 __all__ = ["LinearSubstructure", "external_interface_force"]
 
@@ -28,7 +28,7 @@ def external_interface_force(sub: Substructure, force_vector, frequency_hz: floa
 
 
 @dataclass(frozen=True, eq=False)
-class LinearSubstructure:
+class LinearSubstructure(LinearPart):
     """A linear substructure (a :class:`~hbtest.substructure.Substructure`) behind the
     :class:`~hbtest.numerical.NumericalSubstructure` protocol."""
 
@@ -36,24 +36,6 @@ class LinearSubstructure:
 
     is_linear = True
     elements = ()
-
-    @property
-    def structure(self):
-        return self.substructure.structure
-
-    @property
-    def interface(self) -> tuple[str, ...]:
-        return self.substructure.interface
-
-    @property
-    def interface_index(self) -> list[int]:
-        return self.substructure.interface_index
-
-    def dynamic_stiffness(self, s) -> np.ndarray:
-        return self.substructure.dynamic_stiffness(s)
-
-    def condensed_force(self, F, s) -> np.ndarray:
-        return self.substructure.condensed_force(F, s)
 
     def interface_response(self, frequency_hz, orders, F_P, force_vector, start=None) -> InterfaceResponse:
         orders = np.atleast_1d(np.asarray(orders, dtype=int))

@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import harmonics
 from ..substructure import Substructure, condense
-from .base import HarmonicBalanceError, InterfaceResponse
+from .base import HarmonicBalanceError, InterfaceResponse, LinearPart
 from .elements import AFTGrid, Element, aft_grid, packed_force
 from .linear import external_interface_force
 
@@ -73,7 +73,7 @@ class HarmonicBalanceSolution:
 
 
 @dataclass(eq=False)
-class NonlinearSubstructure:
+class NonlinearSubstructure(LinearPart):
     """A :class:`~hbtest.substructure.Substructure` (its linear part) plus nonlinear
     ``elements`` acting on its DOFs (by name). ``n_time``: AFT samples per period (default
     from :func:`hbtest.numerical.elements.aft_grid`)."""
@@ -105,26 +105,8 @@ class NonlinearSubstructure:
 
     # -- the linear part (as hbtest.substructure.Substructure) ------------------------------
     @property
-    def structure(self):
-        return self.substructure.structure
-
-    @property
-    def interface(self) -> tuple[str, ...]:
-        return self.substructure.interface
-
-    @property
-    def interface_index(self) -> list[int]:
-        return self.substructure.interface_index
-
-    @property
     def is_linear(self) -> bool:
         return all(e.is_zero for e in self.elements)
-
-    def dynamic_stiffness(self, s) -> np.ndarray:
-        return self.substructure.dynamic_stiffness(s)
-
-    def condensed_force(self, F, s) -> np.ndarray:
-        return self.substructure.condensed_force(F, s)
 
     # -- harmonic balance ------------------------------------------------------------------
     def _operators(self, frequency_hz: float, orders: np.ndarray, force_vector):
