@@ -32,6 +32,7 @@ parameters with the keys a sweep file uses for them (the config layer reads thos
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -77,7 +78,7 @@ class Param:
 
 
 @dataclass(frozen=True)
-class Element:
+class Element(abc.ABC):
     """Base of the element kinds: ``dofs`` are DOF names of the structure (one: grounded, two:
     between them); ``kind`` the registered name."""
 
@@ -95,13 +96,13 @@ class Element:
         """``w``: r = w . q[dofs]."""
         return np.array([1.0, -1.0][: len(self.dofs)])
 
-    def force(self, r: np.ndarray, v: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+    @abc.abstractmethod
+    def force(self, r: np.ndarray, v: np.ndarray) -> np.ndarray:
         """Restoring force ``g(r, r')`` at time samples."""
-        raise NotImplementedError
 
-    def gradient(self, r: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - abstract
+    @abc.abstractmethod
+    def gradient(self, r: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(dg/dr, dg/dr')`` at time samples."""
-        raise NotImplementedError
 
     @property
     def is_zero(self) -> bool:

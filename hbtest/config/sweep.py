@@ -1,0 +1,321 @@
+"""Sweep definition files (``sweeps/*.toml``) parsed into frozen dataclasses (SI inside;
+a file field carries its unit in its name). See ``sweeps/paper-cantilever.toml`` for every key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..schema import BeamSpec, Section, SourceFile, read_beam
+from .files import load_toml
+
+__all__ = ["NumericalSpec", "NonlinearElementSpec", "read_nonlinear", "ExcitationSpec", "SweepSpec", "TestSpec", "SolverSpec",
+           "OutputSpec", "SweepConfig", "load_sweep", "NONLINEAR_DOFS", "CONTACT_SIDES"]
+
+
+
+@dataclass(frozen=True)
+class NonlinearElementSpec:
+    """One ``[[numerical.nonlinear]]`` entry (SI): an element of a registered kind
+    (:data:`hbtest.numerical.ELEMENT_KINDS`) at the node at ``position`` [m from the root],
+    acting on ``dof`` (``"u"`` or ``"theta"``), grounded or, with ``to_position``, between the
+    two nodes (relative coordinate ``q(position) - q(to_position)``); ``params``: the kind's
+    parameters in SI as (field, value) pairs (see :mod:`hbtest.numerical.elements` for the
+    force laws and their sign conventions)."""
+
+    kind: str
+    position: float
+    dof: str
+    to_position: float | None = None
+    params: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def positions(self) -> tuple[float, ...]:
+        return (self.position,) if self.to_position is None else (self.position, self.to_position)
+
+    def dof_names(self, beam) -> tuple[str, ...]:
+        """The DOF names of the element on ``beam`` (a node must sit at each position)."""
+        return tuple(f"{self.dof}{beam.node_at(x)}" for x in self.positions)
+
+    def build(self, beam):
+        from ..numerical import create_element
+
+        return create_element(self.kind, self.dof_names(beam), **dict(self.params))
+
+
+@dataclass(frozen=True)
+class NumericalSpec:
+    """The numerical substructure: a beam clamped (``root``) at x = 0 with the interface at
+    its other end (x = length), and optional nonlinear elements (``nonlinear``; the beam then
+    gets a node at every element position)."""
+
+    kind: str
+    beam: BeamSpec
+    root: str
+    nonlinear: tuple[NonlinearElementSpec, ...] = ()
+
+    def substructure(self):
+        """The linear substructure (the linear part when there are nonlinear elements)."""
+        from ..substructure import Substructure
+
+        extra = tuple(sorted({x for e in self.nonlinear for x in e.positions}))
+        b = self.beam.build(left=self.root, right="free", extra_nodes=extra) if extra else self.beam.build(left=self.root, right="free")
+        j = b.x_nodes.size - 1
+        return Substructure(b, (f"u{j}", f"theta{j}"))
+
+    @property
+    def is_linear(self) -> bool:
+        return not self.nonlinear
+
+    def numerical_substructure(self):
+        """The :class:`~hbtest.numerical.NumericalSubstructure`: a
+        :class:`~hbtest.numerical.LinearSubstructure` without nonlinear elements, else a
+        :class:`~hbtest.numerical.NonlinearSubstructure`."""
+        from ..numerical import LinearSubstructure, NonlinearSubstructure
+
+        sub = self.substructure()
+        if not self.nonlinear:
+            return LinearSubstructure(sub)
+        return NonlinearSubstructure(sub, tuple(e.build(sub.structure) for e in self.nonlinear))
+
+
+@dataclass(frozen=True)
+class ExcitationSpec:
+    """External force on the numerical substructure [N]: amplitude of the fundamental of a
+    sinusoidal point force (cosine phase reference) at ``position`` [m from the root; default the
+    interface node]."""
+
+    amplitude: float
+    position: float | None
+
+    def force_vector(self, ns) -> np.ndarray:
+        b = ns.structure
+        x = b.x_nodes[-1] if self.position is None else self.position
+        F = np.zeros(b.n_dof, dtype=complex)
+        F[b.index(f"u{b.node_at(x)}")] = self.amplitude
+        return F
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """The frequency list [Hz] and the harmonic orders solved."""
+
+    start_hz: float
+    stop_hz: float
+    points: int
+    direction: str
+    harmonics: tuple[int, ...]
+    on_trip: str = "stop"  # a trip of the rig's safety layer: stop the sweep, or go on
+    on_overrange: str = "continue"  # a clipped sensor channel: go on to the next point, or stop
+
+    @property
+    def frequencies_hz(self) -> np.ndarray:
+        """Frequencies in the order they are tested."""
+        f = np.linspace(self.start_hz, self.stop_hz, self.points)
+        if self.direction == "down":
+            return f[::-1].copy()
+        if self.direction == "up-down":
+            return np.concatenate([f, f[-2::-1]])
+        return f
+
+
+@dataclass(frozen=True)
+class TestSpec:
+    """Tolerances of the test (SI: metres). ``residual``: ``displacement`` or ``force`` form;
+    ``force_reconstruction``: see :data:`hbtest.sensors.FORCE_METHODS`; ``accuracy``: relative
+    interface-displacement error the hbtest profile also requires (0 = off);
+    ``rotation_length`` [m]: weight of rotations in the residual norm (|R_u|^2 + l^2 |R_th|^2)."""
+
+    target_mode: int
+    tolerance: float
+    transient_tolerance: float
+    averaging_periods: int
+    max_iterations: int
+    residual: str
+    force_reconstruction: str
+    accuracy: float = 0.0
+    rotation_length: float = 0.1
+
+
+@dataclass(frozen=True)
+class SolverSpec:
+    """Solver profile and its safety knobs (SI: volts)."""
+
+    profile: str
+    max_step_v: float
+    ramp_periods: float
+    max_settle_windows: int
+    fd_step_v: float = 0.1
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """Where a run goes: the store, the Bode plot, and whether the store keeps the raw sample
+    records of each point's final window (``raw_records``; None: on for hardware rigs, off
+    for the twin) for re-reduction with another calibration (``hbtest reduce``)."""
+
+    store: Path
+    plot: bool
+    raw_records: bool | None = None
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """A parsed sweep definition file."""
+
+    source: SourceFile
+    name: str
+    rig_path: Path
+    rig_overrides: tuple[str, ...]
+    numerical: NumericalSpec
+    excitation: ExcitationSpec
+    sweep: SweepSpec
+    test: TestSpec
+    solver: SolverSpec
+    output: OutputSpec
+    design_ps: BeamSpec | None = None
+
+
+def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
+    """Parse and validate a sweep file (see ``sweeps/paper-cantilever.toml`` for every key).
+    ``text``: parse this instead of the file's current content (relative paths still resolve
+    against the file's folder)."""
+    from ..sensors import FORCE_METHODS
+
+    doc, src = load_toml(path, overrides, text)
+    top = Section(doc, src.path)
+    base = Path(src.path).resolve().parent
+    name = top.string("name", Path(src.path).stem)
+    rig_path = top.path("rig", base)
+    rig_overrides = top.value("rig_set", [])
+    if not isinstance(rig_overrides, list) or not all(isinstance(x, str) and "=" in x for x in rig_overrides):
+        raise top.error("rig_set", 'must be a list of "dotted.key=value" overrides of the rig file')
+
+    sw = top.sub("sweep")
+    start = sw.number("start_hz", positive=True)
+    stop = sw.number("stop_hz", positive=True)
+    if stop <= start:
+        raise sw.error("stop_hz", f"sweep band is empty: stop_hz ({stop:g}) must exceed start_hz ({start:g})")
+    harmonics = sw.numbers("harmonics", [1], integer=True, nonnegative=True)
+    if not harmonics or len(set(harmonics)) != len(harmonics) or max(harmonics) == 0:
+        raise sw.error("harmonics", "needs distinct orders including at least one k >= 1")
+    sweep = SweepSpec(
+        start_hz=start,
+        stop_hz=stop,
+        points=sw.integer("points", min=2, max=100000),
+        direction=sw.string("direction", "up", choices=("up", "down", "up-down")),
+        harmonics=tuple(sorted(harmonics)),
+        on_trip=sw.string("on_trip", "stop", choices=("stop", "continue")),
+        on_overrange=sw.string("on_overrange", "continue", choices=("continue", "stop")),
+    )
+    sw.finish()
+
+    nm = top.sub("numerical")
+    kind = nm.string("kind", "beam", choices=("beam",))
+    root = nm.string("root", "clamped", choices=("clamped", "pinned", "free", "sliding"))
+    nm_beam = read_beam(nm)
+    numerical = NumericalSpec(kind=kind, beam=nm_beam, root=root, nonlinear=read_nonlinear(nm, nm_beam, root))
+    nm.finish()
+
+    ex = top.sub("excitation")
+    ex.string("kind", "point_force", choices=("point_force",))
+    pos = ex.number("position_mm", None, required=False, scale=1e-3, nonnegative=True)
+    if pos is not None and pos > numerical.beam.length * (1 + 1e-12):
+        raise ex.error("position_mm", f"{pos * 1e3:g} mm lies outside the numerical beam (0..{numerical.beam.length * 1e3:g} mm)")
+    excitation = ExcitationSpec(amplitude=ex.number("amplitude_n", positive=True), position=pos)
+    ex.finish()
+
+    ts = top.sub("test")
+    test = TestSpec(
+        target_mode=ts.integer("target_mode", 1, min=1, max=100),
+        tolerance=ts.number("tolerance_mm", 0.02, scale=1e-3, positive=True),
+        transient_tolerance=ts.number("transient_tolerance_mm", 0.013, scale=1e-3, positive=True),
+        averaging_periods=ts.integer("averaging_periods", 30, min=1, max=10000),
+        max_iterations=ts.integer("max_iterations", 100, min=1, max=10000),
+        residual=ts.string("residual", "displacement", choices=("displacement", "force")),
+        force_reconstruction=ts.string("force_reconstruction", "segment", choices=FORCE_METHODS),
+        accuracy=ts.number("accuracy", 0.0, nonnegative=True, max=0.5),
+        rotation_length=ts.number("rotation_length_mm", 100.0, scale=1e-3, positive=True),
+    )
+    ts.finish()
+
+    so = top.sub("solver", required=False)
+    solver = SolverSpec(
+        profile=so.string("profile", "hbtest", choices=tuple(_profile_names())),
+        max_step_v=so.number("max_step_v", 0.5, positive=True),
+        ramp_periods=so.number("ramp_periods", 2.0, nonnegative=True, max=1000),
+        max_settle_windows=so.integer("max_settle_windows", 20, min=2, max=1000),
+        fd_step_v=so.number("fd_step_v", 0.1, positive=True),
+    )
+    so.finish()
+
+    out = top.sub("output", required=False)
+    store = out.path("store", base, default=f"runs/{name}.zarr")
+    raw = out.boolean("raw_records", False) if out.has("raw_records") else None
+    output = OutputSpec(store=store.resolve(), plot=out.boolean("plot", True), raw_records=raw)
+    out.finish()
+
+    design_ps = None
+    if top.has("design"):
+        ds = top.sub("design")
+        design_ps = read_beam(ds.sub("physical"), default_from=numerical.beam)
+        ds.finish()
+    top.finish()
+    return SweepConfig(src, name, rig_path, tuple(rig_overrides), numerical, excitation, sweep, test, solver, output, design_ps)
+
+
+#: ``dof`` values of a nonlinear element and the DOF-name prefix each stands for
+NONLINEAR_DOFS = {"u": "u", "theta": "theta", "θ": "theta"}
+#: ``side`` values of a contact element and the sign of its stop
+CONTACT_SIDES = {"positive": 1.0, "negative": -1.0}
+
+
+def read_nonlinear(nm: Section, beam: BeamSpec, root: str) -> tuple[NonlinearElementSpec, ...]:
+    """``[[numerical.nonlinear]]``: ``kind`` (a registered element kind), ``position_mm``,
+    ``dof`` (``"u"`` or ``"theta"``), optional ``to_position_mm`` (between two nodes), and the
+    kind's parameters under their unit-named keys (``u`` / ``theta`` elements):
+    ``cubic_spring``: ``k3_n_per_m3`` / ``k3_nm_per_rad3``; ``friction``: ``force_n`` /
+    ``moment_nm`` and ``velocity_scale_m_per_s`` / ``velocity_scale_rad_per_s``; ``contact``:
+    ``gap_mm`` / ``gap_mrad``, ``stiffness_n_per_m`` / ``stiffness_nm_per_rad`` and ``side``
+    (``"positive"``: the stop at +gap, default; ``"negative"``: at -gap)."""
+    from ..numerical import ELEMENT_KINDS
+    from ..structures import BOUNDARY_CONDITIONS
+
+    out = []
+    length = beam.length
+    for sec in nm.subs("nonlinear"):
+        kind = sec.string("kind", choices=tuple(ELEMENT_KINDS))
+        dof = NONLINEAR_DOFS[sec.string("dof", choices=tuple(NONLINEAR_DOFS))]
+        positions = []
+        for key in ("position_mm", "to_position_mm"):
+            x = sec.number(key, None, required=key == "position_mm", scale=1e-3, nonnegative=True)
+            if x is None:
+                continue
+            if x > length * (1 + 1e-12):
+                raise sec.error(key, f"{x * 1e3:g} mm lies outside the numerical beam (0..{length * 1e3:g} mm)")
+            if x <= length * 1e-12 and (0 if dof == "u" else 1) in BOUNDARY_CONDITIONS[root]:
+                raise sec.error(key, f"the {root} root fixes {dof} at 0 mm: an element there would never move")
+            positions.append(min(x, length))
+        if len(positions) == 2 and abs(positions[0] - positions[1]) <= 1e-9 * length:
+            raise sec.error("to_position_mm", "must differ from position_mm (a grounded element has no to_position_mm)")
+        cls = ELEMENT_KINDS[kind]
+        params = []
+        for prm in cls.params:
+            key, other = (prm.key_u, prm.key_theta) if dof == "u" else (prm.key_theta, prm.key_u)
+            if other != key and sec.has(other):
+                raise sec.error(other, f"is for a {'theta' if dof == 'u' else 'u'} element; this {kind} acts on {dof}: use {key}")
+            opts = dict(positive=prm.sign == "positive", nonnegative=prm.sign == "nonnegative")
+            params.append((prm.field, sec.number(key, prm.default, required=prm.default is None, scale=prm.scale, **opts)))
+        if kind == "contact":
+            params.append(("side", CONTACT_SIDES[sec.string("side", "positive", choices=tuple(CONTACT_SIDES))]))
+        sec.finish()
+        out.append(NonlinearElementSpec(kind, positions[0], dof, positions[1] if len(positions) == 2 else None, tuple(params)))
+    return tuple(out)
+
+
+def _profile_names():
+    from ..point import PROFILES  # the registry of solver profiles (by name)
+
+    return PROFILES
