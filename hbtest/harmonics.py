@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
+    "NYQUIST_MARGIN",
     "check_orders",
     "HarmonicFit",
     "fit",
@@ -36,6 +37,9 @@ __all__ = [
     "mains_proximity",
 ]
 
+
+#: usable harmonics stay below sample_rate / NYQUIST_MARGIN (anti-alias filters; SPEC §3)
+NYQUIST_MARGIN = 2.56
 
 def check_orders(orders) -> np.ndarray:
     """Harmonic orders as a 1-D int array; ValueError unless distinct and non-negative."""
@@ -301,5 +305,5 @@ def mains_proximity(frequency_hz, orders, mains_hz=50.0, mains_harmonics=(1, 2, 
 
 
 def max_usable_harmonic(frequency_hz: float, sample_rate_hz: float) -> int:
-    """Highest harmonic order below fs / 2.56 (SPEC §3)."""
-    return int(np.floor(sample_rate_hz / 2.56 / frequency_hz))
+    """Highest harmonic order below fs / :data:`NYQUIST_MARGIN` (SPEC §3)."""
+    return int(np.floor(sample_rate_hz / NYQUIST_MARGIN / frequency_hz))

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from . import harmonics
+from .harmonics import NYQUIST_MARGIN
 from .config import SweepConfig, load_rig, load_sweep
 from .errors import InstrumentError, LimitExceeded, RigFault, StoreWriteError, Terminated, UserError
 from .events import LockTakenOver, PlotWritten, PointFinished, RunFinished, RunStarted, StopRequested
@@ -52,8 +53,6 @@ EXIT_CODES = {"converged": 0, "not_converged": 1, "user_error": 2, "rig": 3, "st
 MAX_RECORD_BYTES = 1 << 30
 #: the most frequency points one store holds (one chunk file per variable and point)
 MAX_POINTS = 20000
-#: harmonics must stay below sample_rate / this factor (anti-alias filters; SPEC §3)
-NYQUIST_MARGIN = 2.56
 
 
 class _Stop:
