@@ -222,6 +222,15 @@ class HbtestProfile(SolverProfile):
     stall_iterations = 3
     #: the predicted first step of a point may be this multiple of ``max_step_v``
     prediction_step_factor = 4.0
+    #: per-harmonic balance: a residual within this many standard deviations of its noise
+    #: counts as balanced (the coefficients cannot say more)
+    harmonic_noise_sigmas = 3.0
+    #: a harmonic whose measured amplitude is below this many standard deviations of its
+    #: noise is "at the noise floor" (its exact value may be zero) ...
+    weak_harmonic_sigmas = 3.0
+    #: ... or below this fraction of the fundamental's amplitude: judged on the fundamental's
+    #: scale instead of its own
+    weak_harmonic_fraction = 1e-3
 
     def initial_window(self, s: PointSettings) -> int:
         return int(s.min_window_periods)
@@ -273,10 +282,44 @@ class HbtestProfile(SolverProfile):
             return s.tolerance
         return min(s.tolerance, err_tol / max(amp, 1.0))
 
+    def harmonic_limits(self, loop: PointLoop, num: NumericalSide, e: Evaluation) -> tuple[np.ndarray, np.ndarray]:
+        """Per-harmonic balance (``test.harmonic_tolerance`` = h > 0): the residual ``|R_k|``
+        of each solved order and the limit it must be below [m, weighted as the norm]:
+
+            limit_k = max(h * scale_k, harmonic_noise_sigmas * sigma_k)
+
+        where ``sigma_k`` is the standard deviation of ``|R_k|`` from the measured variances
+        (the noise floor of its coefficients) and ``scale_k`` the harmonic's own measured
+        amplitude ``|U_P,k|`` — unless that amplitude is at the noise floor (below
+        ``weak_harmonic_sigmas`` standard deviations of ``|U_P,k|``) or below
+        ``weak_harmonic_fraction`` of the fundamental's: such a harmonic may be exactly zero,
+        so it is judged on the fundamental's scale, ``scale_k = |U_P,1|`` (the amplitude of
+        order 1, or of the strongest solved order when 1 is not solved). Every ``|R_k|`` is in
+        any case below the absolute ``tolerance`` (the whole norm is). DC (k = 0) is judged
+        by the whole norm only. Returns ``(|R_k|, limit_k)``; limits are ``inf`` when h = 0."""
+        ph = loop.per_harmonic(num, e)
+        r, a = ph["residual"], ph["amplitude"]
+        orders = loop.orders
+        h = loop.s.harmonic_tolerance
+        if h <= 0:
+            return r, np.full(r.shape, np.inf)
+        fund = float(a[orders == 1][0]) if np.any(orders == 1) else float(a[orders > 0].max())
+        weak = (a < self.weak_harmonic_sigmas * ph["amplitude_noise"]) | (a < self.weak_harmonic_fraction * fund)
+        scale = np.where(weak, fund, a)
+        limit = np.maximum(h * scale, self.harmonic_noise_sigmas * ph["noise"])
+        return r, np.where(orders == 0, np.inf, limit)
+
+    def harmonics_balanced(self, loop: PointLoop, num: NumericalSide, e: Evaluation) -> bool:
+        """Every solved harmonic within its own limit (:meth:`harmonic_limits`)."""
+        r, limit = self.harmonic_limits(loop, num, e)
+        return bool(np.all(r < limit))
+
     def run(self, loop: PointLoop, num: NumericalSide, carry: Carry, history: list) -> PointOutcome:
-        """Converged when ``|R| < tolerance`` and, with ``accuracy > 0``, when the estimated
-        interface-displacement error is within ``accuracy * |U_P|``; settling and noise
-        targets follow the residual level that this requires."""
+        """Converged when ``|R| < tolerance``, every solved harmonic is balanced on its own
+        scale (:meth:`harmonic_limits`, with ``harmonic_tolerance > 0``) and, with
+        ``accuracy > 0``, when the estimated interface-displacement error is within
+        ``accuracy * |U_P|``; settling and noise targets follow the residual level that this
+        requires."""
         s = loop.s
         if carry.solutions and carry.G is not None:
             V = self.predict(loop, num, carry)
@@ -296,7 +339,8 @@ class HbtestProfile(SolverProfile):
             U = loop.displacement_amplitude(e)
             r_target = self.residual_target(s, s.accuracy * U, amp)
             carry.r_target = r_target
-            ok = e.norm < s.tolerance and (s.accuracy <= 0 or (err <= s.accuracy * U and e.settled))
+            ok = (e.norm < s.tolerance and (s.accuracy <= 0 or (err <= s.accuracy * U and e.settled))
+                  and self.harmonics_balanced(loop, num, e))
             if e.overrange:
                 reason = "overrange"
                 break
