@@ -561,9 +561,10 @@ def excluded_energy_fraction(acq, layout: SensorLayout, solved_orders, max_order
     fs = 1.0 / float(np.median(np.diff(t))) if t.size > 1 else 0.0
     top = min(int(max_order), harmonics.max_usable_harmonic(acq.frequency_hz, fs)) if fs > 0 else 0
     top = max(top, max(solved | {1}))
-    orders = np.arange(1, top + 1)
+    orders = np.arange(0, top + 1)  # DC is fitted (sensor offsets, static deflection), then left out
     meas = measure_interface(acq, layout, orders, method, reject_mains=reject_mains)
-    power = np.clip(np.abs(meas.displacement) ** 2 - np.nan_to_num(meas.displacement_variance, nan=0.0), 0.0, None)
+    power = np.clip(np.abs(meas.displacement) ** 2 - np.nan_to_num(meas.displacement_variance, nan=0.0), 0.0, None)[:, 1:]
+    orders = orders[1:]
     out_of = np.array([k not in solved for k in orders])
     total = power.sum(axis=-1)
     with np.errstate(invalid="ignore", divide="ignore"):

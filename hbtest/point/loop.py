@@ -39,9 +39,11 @@ EVALUATION_KINDS = ("start", "iteration", "line_search", "finite_difference")
 #: a channel whose |sample| reaches this fraction of the ADC full scale is taken as clipped
 OVERRANGE_FRACTION = 0.999
 
-#: the fit through the transient also estimates DC and every harmonic up to this order (or
-#: the sample rate's usable limit), then keeps the solved orders: unsolved harmonics left in
-#: the residual would be taken for noise
+#: in a multi-harmonic test (more than one solved order: distortion products expected), the
+#: fit through the transient also estimates DC and every harmonic up to this order (or the
+#: sample rate's usable limit), then keeps the solved orders: DC and unsolved harmonics left
+#: in the fit residual would be taken for noise and inflate the coefficient variances. A
+#: single-harmonic test fits its orders only (as before)
 FIT_MAX_ORDER = EXCLUDED_MAX_ORDER
 
 
@@ -308,11 +310,11 @@ class PointLoop:
         t = np.concatenate([a.t for a in records])
         x = np.stack([np.concatenate([a.data[c] for a in records]) for c in names])
         nuisance = self.layout.mains_frequencies if self.profile.reject_mains else ()
-        # fit DC and the unsolved harmonics up to FIT_MAX_ORDER too (then drop them): left in
-        # the fit residual they would count as noise and inflate the coefficient variances
-        fs = 1.0 / float(np.median(np.diff(t)))
-        top = max(min(FIT_MAX_ORDER, harmonics.max_usable_harmonic(f, fs)), int(self.orders.max()))
-        fit_orders = np.array(sorted({0, *range(1, top + 1), *self.orders.tolist()}))
+        fit_orders = self.orders
+        if np.count_nonzero(self.orders) > 1:  # FIT_MAX_ORDER: DC and unsolved harmonics too
+            fs = 1.0 / float(np.median(np.diff(t)))
+            top = max(min(FIT_MAX_ORDER, harmonics.max_usable_harmonic(f, fs)), int(self.orders.max()))
+            fit_orders = np.array(sorted({0, *range(1, top + 1), *self.orders.tolist()}))
         keep = np.searchsorted(fit_orders, self.orders)
         tf = estimators.fit_through_transient(t, x, f, fit_orders, modes, t0=float(t[0]), nuisance_hz=nuisance)
         over = set()

@@ -298,16 +298,29 @@ class HbtestProfile(SolverProfile):
         any case below the absolute ``tolerance`` (the whole norm is). DC (k = 0) is judged
         by the whole norm only. Returns ``(|R_k|, limit_k)``; limits are ``inf`` when h = 0."""
         ph = loop.per_harmonic(num, e)
-        r, a = ph["residual"], ph["amplitude"]
-        orders = loop.orders
+        r = ph["residual"]
         h = loop.s.harmonic_tolerance
         if h <= 0:
             return r, np.full(r.shape, np.inf)
+        limit = np.maximum(h * self.harmonic_scales(loop, ph), self.harmonic_noise_sigmas * ph["noise"])
+        return r, np.where(loop.orders == 0, np.inf, limit)
+
+    def harmonic_scales(self, loop: PointLoop, ph: dict) -> np.ndarray:
+        """``scale_k`` of :meth:`harmonic_limits` from :meth:`PointLoop.per_harmonic` [m]."""
+        a, orders = ph["amplitude"], loop.orders
         fund = float(a[orders == 1][0]) if np.any(orders == 1) else float(a[orders > 0].max())
         weak = (a < self.weak_harmonic_sigmas * ph["amplitude_noise"]) | (a < self.weak_harmonic_fraction * fund)
-        scale = np.where(weak, fund, a)
-        limit = np.maximum(h * scale, self.harmonic_noise_sigmas * ph["noise"])
-        return r, np.where(orders == 0, np.inf, limit)
+        return np.where(weak, fund, a)
+
+    def harmonic_target(self, loop: PointLoop, num: NumericalSide, e: Evaluation) -> float:
+        """Residual level [m] the per-harmonic rule needs: ``min_k h scale_k`` (inf when off
+        or with no motion yet); settling and window noise follow it like the tolerance."""
+        h = loop.s.harmonic_tolerance
+        if h <= 0:
+            return float("inf")
+        scale = self.harmonic_scales(loop, loop.per_harmonic(num, e))[loop.orders > 0]
+        t = float(h * scale.min()) if scale.size else 0.0
+        return t if t > 0 else float("inf")
 
     def harmonics_balanced(self, loop: PointLoop, num: NumericalSide, e: Evaluation) -> bool:
         """Every solved harmonic within its own limit (:meth:`harmonic_limits`)."""
@@ -337,7 +350,7 @@ class HbtestProfile(SolverProfile):
         while True:
             err, amp, dV = self.error_estimate(loop, num, carry.G, e)
             U = loop.displacement_amplitude(e)
-            r_target = self.residual_target(s, s.accuracy * U, amp)
+            r_target = min(self.residual_target(s, s.accuracy * U, amp), self.harmonic_target(loop, num, e))
             carry.r_target = r_target
             ok = (e.norm < s.tolerance and (s.accuracy <= 0 or (err <= s.accuracy * U and e.settled))
                   and self.harmonics_balanced(loop, num, e))
