@@ -201,6 +201,15 @@ class PublishedProfile(SolverProfile):
 
 @register_profile
 class HbtestProfile(SolverProfile):
+    """hbtest's own profile: rig Jacobian by finite differences then good Broyden updates,
+    predicted starts, noise-sized windows fitted through the transient. Stops when the whole
+    residual norm is below ``tolerance``, the estimated interface error within ``accuracy``,
+    and — per-harmonic balance, ``test.harmonic_tolerance`` = h > 0 — every solved harmonic
+    k >= 1 has ``|R_k| < max(h scale_k, harmonic_noise_sigmas sigma_k)``: ``scale_k`` is the
+    harmonic's own measured amplitude, or the fundamental's when the harmonic is at its noise
+    floor or below ``weak_harmonic_fraction`` of the fundamental (its exact value may be 0);
+    ``sigma_k`` the noise of ``|R_k|`` (:meth:`harmonic_limits`). h = 0: the single norm only."""
+
     name = "hbtest"
     reject_mains = True
     #: fit steady state + the known free decay on the record right after the ramp (where the
