@@ -57,7 +57,13 @@ __all__ = [
     "InterfaceMeasurement",
     "measure_interface",
     "measure_interface_from_coefficients",
+    "excluded_energy_fraction",
+    "EXCLUDED_MAX_ORDER",
 ]
+
+#: highest harmonic order :func:`excluded_energy_fraction` fits by default (lower when the
+#: sample rate allows fewer, :func:`hbtest.harmonics.max_usable_harmonic`)
+EXCLUDED_MAX_ORDER = 5
 
 FORCE_METHODS = ("finite-difference", "inertia", "segment")
 CHANNEL_KINDS = ("laser", "strain_gauge")
@@ -537,3 +543,29 @@ def _reduce(raw_coef: dict, raw_var: dict, f: float, n_periods: int, layout: Sen
         force_variance=np.stack([var_T, var_M]),
         n_periods=n_periods,
     )
+
+
+def excluded_energy_fraction(acq, layout: SensorLayout, solved_orders, max_order: int = EXCLUDED_MAX_ORDER,
+                             method: str = "segment", reject_mains: bool = False) -> np.ndarray:
+    """Fraction of the measured interface displacement power in harmonics *not* solved for,
+    per DOF ``(u, theta)``, shape (2,), from a raw record ``acq`` (as :func:`measure_interface`).
+
+    The record is fitted with every order ``1 .. K`` (``K = min(max_order, highest usable
+    order of the record's sample rate)``), the channels reduced to ``(u, theta)``, and the
+    power of harmonic k taken as ``|X_k|^2 - var X_k`` (the variance of the mean removes the
+    noise bias; clipped at 0): ``sum over k not in solved_orders / sum over all k``. DC is not
+    a harmonic and is left out (a static offset is no dynamic energy). Exact for a noise-free
+    periodic record with orders up to K; NaN for a DOF without motion."""
+    solved = {int(k) for k in np.asarray(solved_orders).ravel()}
+    t = np.asarray(acq.t, dtype=float)
+    fs = 1.0 / float(np.median(np.diff(t))) if t.size > 1 else 0.0
+    top = min(int(max_order), harmonics.max_usable_harmonic(acq.frequency_hz, fs)) if fs > 0 else 0
+    top = max(top, max(solved | {1}))
+    orders = np.arange(0, top + 1)  # DC is fitted (sensor offsets, static deflection), then left out
+    meas = measure_interface(acq, layout, orders, method, reject_mains=reject_mains)
+    power = np.clip(np.abs(meas.displacement) ** 2 - np.nan_to_num(meas.displacement_variance, nan=0.0), 0.0, None)[:, 1:]
+    orders = orders[1:]
+    out_of = np.array([k not in solved for k in orders])
+    total = power.sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, power[:, out_of].sum(axis=-1) / total, np.nan)

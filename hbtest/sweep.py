@@ -174,6 +174,7 @@ def point_record(out: PointOutcome, orders, n_act: int, external_amplitude: floa
         message=out.message,
         stop_reason=out.reason,
         raw_record=getattr(e, "acq", None),  # the final window's raw samples, where the rig gave them
+        excluded_energy_fraction=out.excluded_energy_fraction,
     )
 
 

@@ -126,7 +126,10 @@ class TestSpec:
     """Tolerances of the test (SI: metres). ``residual``: ``displacement`` or ``force`` form;
     ``force_reconstruction``: see :data:`hbtest.sensors.FORCE_METHODS`; ``accuracy``: relative
     interface-displacement error the hbtest profile also requires (0 = off);
-    ``rotation_length`` [m]: weight of rotations in the residual norm (|R_u|^2 + l^2 |R_th|^2)."""
+    ``rotation_length`` [m]: weight of rotations in the residual norm (|R_u|^2 + l^2 |R_th|^2);
+    ``harmonic_tolerance``: the hbtest profile also requires each solved harmonic's residual
+    below this fraction of that harmonic's own amplitude (or of the fundamental's, for a
+    harmonic at its noise floor; see :class:`hbtest.point.profiles.HbtestProfile`); 0 = off."""
 
     target_mode: int
     tolerance: float
@@ -137,6 +140,7 @@ class TestSpec:
     force_reconstruction: str
     accuracy: float = 0.0
     rotation_length: float = 0.1
+    harmonic_tolerance: float = 0.01
 
 
 @dataclass(frozen=True)
@@ -238,6 +242,7 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
         force_reconstruction=ts.string("force_reconstruction", "segment", choices=FORCE_METHODS),
         accuracy=ts.number("accuracy", 0.0, nonnegative=True, max=0.5),
         rotation_length=ts.number("rotation_length_mm", 100.0, scale=1e-3, positive=True),
+        harmonic_tolerance=ts.number("harmonic_tolerance", 0.01, nonnegative=True, max=1.0),
     )
     ts.finish()
 

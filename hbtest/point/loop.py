@@ -23,7 +23,7 @@ import numpy as np
 from .. import estimators, harmonics, solver
 from ..errors import RigTrip
 from ..rig import ChannelCoefficients
-from ..sensors import InterfaceMeasurement, measure_interface, measure_interface_from_coefficients
+from ..sensors import EXCLUDED_MAX_ORDER, InterfaceMeasurement, excluded_energy_fraction, measure_interface, measure_interface_from_coefficients
 from .base import get_profile
 from .numerical import NumericalSide
 
@@ -38,6 +38,13 @@ EVALUATION_KINDS = ("start", "iteration", "line_search", "finite_difference")
 
 #: a channel whose |sample| reaches this fraction of the ADC full scale is taken as clipped
 OVERRANGE_FRACTION = 0.999
+
+#: in a multi-harmonic test (more than one solved order: distortion products expected), the
+#: fit through the transient also estimates DC and every harmonic up to this order (or the
+#: sample rate's usable limit), then keeps the solved orders: DC and unsolved harmonics left
+#: in the fit residual would be taken for noise and inflate the coefficient variances. A
+#: single-harmonic test fits its orders only (as before)
+FIT_MAX_ORDER = EXCLUDED_MAX_ORDER
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,7 @@ class PointSettings:
     rotation_length: float = 0.1
     fd_step_v: float = 0.1
     min_window_periods: int = 3
+    harmonic_tolerance: float = 0.0
 
     @classmethod
     def from_config(cls, cfg) -> "PointSettings":
@@ -77,6 +85,7 @@ class PointSettings:
             accuracy=cfg.test.accuracy,
             rotation_length=cfg.test.rotation_length,
             fd_step_v=cfg.solver.fd_step_v,
+            harmonic_tolerance=cfg.test.harmonic_tolerance,
         )
 
 
@@ -137,6 +146,10 @@ class PointOutcome:
     history: list  # of Evaluation, one per rig evaluation (line-search/FD trials included)
     message: str
     reason: str = "converged"
+    #: (u, theta): fraction of the measured interface displacement power in harmonics not
+    #: solved for, from the final raw record (:func:`hbtest.sensors.excluded_energy_fraction`);
+    #: None when the rig gave no samples (device averaging) or the point has no evaluation
+    excluded_energy_fraction: np.ndarray | None = None
 
     def breakdown(self) -> dict[str, float]:
         """Where the rig time of the point went, in forcing periods. Two views of the same
@@ -243,12 +256,28 @@ class PointLoop:
         R = meas.displacement - U_N
         if self.s.residual_form != "force":
             vec = self.weights() * self.pack2(R)
-        # noise of the displacement residual: var U + |D_N^-1|^2 var F (per DOF, per order)
+        noise = float(np.sqrt(np.sum(self.residual_variance(num, meas) * np.array([[1.0], [self.s.rotation_length**2]]))))
+        return U_N, R, vec, noise
+
+    def residual_variance(self, num: NumericalSide, meas) -> np.ndarray:
+        """Variance of each displacement-form residual coefficient, (2, n_orders) [m^2, rad^2]:
+        ``var U + |D_N^-1|^2 var F`` per DOF and order (NaN variances count as 0)."""
         Dinv = np.linalg.inv(num.D)
         var_R = meas.displacement_variance + np.einsum("kij,jk->ik", np.abs(Dinv) ** 2, meas.force_variance)
-        var_R = np.nan_to_num(var_R, nan=0.0)
-        noise = float(np.sqrt(np.sum(var_R * np.array([[1.0], [self.s.rotation_length**2]]))))
-        return U_N, R, vec, noise
+        return np.nan_to_num(var_R, nan=0.0)
+
+    def per_harmonic(self, num: NumericalSide, e: Evaluation) -> dict:
+        """Per solved order (arrays over ``orders``, weighted as the convergence norm, metres):
+        ``residual`` |R_k|, ``amplitude`` |U_P,k|, ``noise`` the standard deviation of |R_k|
+        and ``amplitude_noise`` that of |U_P,k|, from the measured variances."""
+        w2 = np.array([[1.0], [self.s.rotation_length**2]])
+        var_U = np.nan_to_num(np.asarray(e.meas.displacement_variance, dtype=float), nan=0.0)
+        return dict(
+            residual=np.sqrt(np.sum(np.abs(e.R) ** 2 * w2, axis=0)),
+            amplitude=np.sqrt(np.sum(np.abs(e.meas.displacement) ** 2 * w2, axis=0)),
+            noise=np.sqrt(np.sum(self.residual_variance(num, e.meas) * w2, axis=0)),
+            amplitude_noise=np.sqrt(np.sum(var_U * w2, axis=0)),
+        )
 
     def _measure(self, n_periods: int):
         """One window: (InterfaceMeasurement, channels over range, raw record or None)."""
@@ -281,7 +310,13 @@ class PointLoop:
         t = np.concatenate([a.t for a in records])
         x = np.stack([np.concatenate([a.data[c] for a in records]) for c in names])
         nuisance = self.layout.mains_frequencies if self.profile.reject_mains else ()
-        tf = estimators.fit_through_transient(t, x, f, self.orders, modes, t0=float(t[0]), nuisance_hz=nuisance)
+        fit_orders = self.orders
+        if np.count_nonzero(self.orders) > 1:  # FIT_MAX_ORDER: DC and unsolved harmonics too
+            fs = 1.0 / float(np.median(np.diff(t)))
+            top = max(min(FIT_MAX_ORDER, harmonics.max_usable_harmonic(f, fs)), int(self.orders.max()))
+            fit_orders = np.array(sorted({0, *range(1, top + 1), *self.orders.tolist()}))
+        keep = np.searchsorted(fit_orders, self.orders)
+        tf = estimators.fit_through_transient(t, x, f, fit_orders, modes, t0=float(t[0]), nuisance_hz=nuisance)
         over = set()
         for a in records:
             over |= set(getattr(a, "overrange", ()))
@@ -289,7 +324,7 @@ class PointLoop:
                 limit = OVERRANGE_FRACTION * self.input_range
                 over |= {n for n, xx in a.data.items() if np.max(np.abs(xx)) >= limit}
         n_periods = int(sum(a.n_periods for a in records))
-        rec = ChannelCoefficients({c: tf.coefficients[i] for i, c in enumerate(names)}, {c: tf.variance[i] for i, c in enumerate(names)},
+        rec = ChannelCoefficients({c: tf.coefficients[i, keep] for i, c in enumerate(names)}, {c: tf.variance[i, keep] for i, c in enumerate(names)},
                                   self.orders, f, n_periods, records[-1].elapsed_s, tuple(sorted(over)))
         return measure_interface_from_coefficients(rec, self.layout, self.orders, self.s.force_method), tuple(sorted(over))
 
@@ -430,6 +465,9 @@ class PointLoop:
             final = history[-1] if history else None
             out = PointOutcome(frequency_hz, final, False, len(history), 0.0, history, f"rig tripped: {e}", "trip")
         out.rig_periods = (self.rig.elapsed_s - t0) * frequency_hz
+        if out.final is not None and out.final.acq is not None:
+            out.excluded_energy_fraction = excluded_energy_fraction(
+                out.final.acq, self.layout, self.orders, method=self.s.force_method, reject_mains=self.profile.reject_mains)
         if out.converged:
             carry.solutions.append((frequency_hz, out.final.V.copy(), out.final.Y.copy()))
         return out

@@ -201,6 +201,15 @@ class PublishedProfile(SolverProfile):
 
 @register_profile
 class HbtestProfile(SolverProfile):
+    """hbtest's own profile: rig Jacobian by finite differences then good Broyden updates,
+    predicted starts, noise-sized windows fitted through the transient. Stops when the whole
+    residual norm is below ``tolerance``, the estimated interface error within ``accuracy``,
+    and — per-harmonic balance, ``test.harmonic_tolerance`` = h > 0 — every solved harmonic
+    k >= 1 has ``|R_k| < max(h scale_k, harmonic_noise_sigmas sigma_k)``: ``scale_k`` is the
+    harmonic's own measured amplitude, or the fundamental's when the harmonic is at its noise
+    floor or below ``weak_harmonic_fraction`` of the fundamental (its exact value may be 0);
+    ``sigma_k`` the noise of ``|R_k|`` (:meth:`harmonic_limits`). h = 0: the single norm only."""
+
     name = "hbtest"
     reject_mains = True
     #: fit steady state + the known free decay on the record right after the ramp (where the
@@ -222,6 +231,15 @@ class HbtestProfile(SolverProfile):
     stall_iterations = 3
     #: the predicted first step of a point may be this multiple of ``max_step_v``
     prediction_step_factor = 4.0
+    #: per-harmonic balance: a residual within this many standard deviations of its noise
+    #: counts as balanced (the coefficients cannot say more)
+    harmonic_noise_sigmas = 3.0
+    #: a harmonic whose measured amplitude is below this many standard deviations of its
+    #: noise is "at the noise floor" (its exact value may be zero) ...
+    weak_harmonic_sigmas = 3.0
+    #: ... or below this fraction of the fundamental's amplitude: judged on the fundamental's
+    #: scale instead of its own
+    weak_harmonic_fraction = 1e-3
 
     def initial_window(self, s: PointSettings) -> int:
         return int(s.min_window_periods)
@@ -273,10 +291,57 @@ class HbtestProfile(SolverProfile):
             return s.tolerance
         return min(s.tolerance, err_tol / max(amp, 1.0))
 
+    def harmonic_limits(self, loop: PointLoop, num: NumericalSide, e: Evaluation) -> tuple[np.ndarray, np.ndarray]:
+        """Per-harmonic balance (``test.harmonic_tolerance`` = h > 0): the residual ``|R_k|``
+        of each solved order and the limit it must be below [m, weighted as the norm]:
+
+            limit_k = max(h * scale_k, harmonic_noise_sigmas * sigma_k)
+
+        where ``sigma_k`` is the standard deviation of ``|R_k|`` from the measured variances
+        (the noise floor of its coefficients) and ``scale_k`` the harmonic's own measured
+        amplitude ``|U_P,k|`` — unless that amplitude is at the noise floor (below
+        ``weak_harmonic_sigmas`` standard deviations of ``|U_P,k|``) or below
+        ``weak_harmonic_fraction`` of the fundamental's: such a harmonic may be exactly zero,
+        so it is judged on the fundamental's scale, ``scale_k = |U_P,1|`` (the amplitude of
+        order 1, or of the strongest solved order when 1 is not solved). Every ``|R_k|`` is in
+        any case below the absolute ``tolerance`` (the whole norm is). DC (k = 0) is judged
+        by the whole norm only. Returns ``(|R_k|, limit_k)``; limits are ``inf`` when h = 0."""
+        ph = loop.per_harmonic(num, e)
+        r = ph["residual"]
+        h = loop.s.harmonic_tolerance
+        if h <= 0:
+            return r, np.full(r.shape, np.inf)
+        limit = np.maximum(h * self.harmonic_scales(loop, ph), self.harmonic_noise_sigmas * ph["noise"])
+        return r, np.where(loop.orders == 0, np.inf, limit)
+
+    def harmonic_scales(self, loop: PointLoop, ph: dict) -> np.ndarray:
+        """``scale_k`` of :meth:`harmonic_limits` from :meth:`PointLoop.per_harmonic` [m]."""
+        a, orders = ph["amplitude"], loop.orders
+        fund = float(a[orders == 1][0]) if np.any(orders == 1) else float(a[orders > 0].max())
+        weak = (a < self.weak_harmonic_sigmas * ph["amplitude_noise"]) | (a < self.weak_harmonic_fraction * fund)
+        return np.where(weak, fund, a)
+
+    def harmonic_target(self, loop: PointLoop, num: NumericalSide, e: Evaluation) -> float:
+        """Residual level [m] the per-harmonic rule needs: ``min_k h scale_k`` (inf when off
+        or with no motion yet); settling and window noise follow it like the tolerance."""
+        h = loop.s.harmonic_tolerance
+        if h <= 0:
+            return float("inf")
+        scale = self.harmonic_scales(loop, loop.per_harmonic(num, e))[loop.orders > 0]
+        t = float(h * scale.min()) if scale.size else 0.0
+        return t if t > 0 else float("inf")
+
+    def harmonics_balanced(self, loop: PointLoop, num: NumericalSide, e: Evaluation) -> bool:
+        """Every solved harmonic within its own limit (:meth:`harmonic_limits`)."""
+        r, limit = self.harmonic_limits(loop, num, e)
+        return bool(np.all(r < limit))
+
     def run(self, loop: PointLoop, num: NumericalSide, carry: Carry, history: list) -> PointOutcome:
-        """Converged when ``|R| < tolerance`` and, with ``accuracy > 0``, when the estimated
-        interface-displacement error is within ``accuracy * |U_P|``; settling and noise
-        targets follow the residual level that this requires."""
+        """Converged when ``|R| < tolerance``, every solved harmonic is balanced on its own
+        scale (:meth:`harmonic_limits`, with ``harmonic_tolerance > 0``) and, with
+        ``accuracy > 0``, when the estimated interface-displacement error is within
+        ``accuracy * |U_P|``; settling and noise targets follow the residual level that this
+        requires."""
         s = loop.s
         if carry.solutions and carry.G is not None:
             V = self.predict(loop, num, carry)
@@ -294,9 +359,10 @@ class HbtestProfile(SolverProfile):
         while True:
             err, amp, dV = self.error_estimate(loop, num, carry.G, e)
             U = loop.displacement_amplitude(e)
-            r_target = self.residual_target(s, s.accuracy * U, amp)
+            r_target = min(self.residual_target(s, s.accuracy * U, amp), self.harmonic_target(loop, num, e))
             carry.r_target = r_target
-            ok = e.norm < s.tolerance and (s.accuracy <= 0 or (err <= s.accuracy * U and e.settled))
+            ok = (e.norm < s.tolerance and (s.accuracy <= 0 or (err <= s.accuracy * U and e.settled))
+                  and self.harmonics_balanced(loop, num, e))
             if e.overrange:
                 reason = "overrange"
                 break
