@@ -81,7 +81,7 @@ When the store's reduction used a calibration record (``sensor_layout`` names on
 the record's per-channel standard uncertainties (scale ``scale_per_v``, skew ``skew_us``) is a
 systematic error of the measured interface state: one standard uncertainty of value q moves
 ``U_P`` and ``F_P`` together by ``(dU_q, dF_q)``, first order through the reduction
-(:mod:`hbtest.calibration.uncertainty`: lasers -> (u, theta), gauges -> (T, M) with the
+(:mod:`hbtest.calibration.uncertainty`; the record from :func:`store_calibration_record`: lasers -> (u, theta), gauges -> (T, M) with the
 sweep's force reconstruction). In the equation above it enters as ``e_U = dU_q``,
 ``e_F = dF_q``, so
 
@@ -115,6 +115,7 @@ __all__ = [
     "harmonic_energy",
     "frf_uncertainty",
     "uncertainty_coverage",
+    "store_calibration_record",
 ]
 
 _SOURCES = {
@@ -504,7 +505,7 @@ def frf_uncertainty(ds, harmonic: int = 1, calibration=None):
 
     ``calibration``: the :class:`hbtest.calibration.CalibrationRecord` (or its JSON path) the
     store's reduction used; by default found from the store
-    (:func:`hbtest.calibration.uncertainty.store_calibration_record`).
+    (:func:`store_calibration_record`).
 
     The ``model`` attribute names the PS model behind the sensitivities; ``calibration`` the
     record's identification ("" without one)."""
@@ -577,7 +578,6 @@ def frf_uncertainty(ds, harmonic: int = 1, calibration=None):
 
 def _resolve_calibration(ds, calibration):
     from .calibration import CalibrationRecord, load_calibration
-    from .calibration.uncertainty import store_calibration_record
 
     if calibration is None:
         return store_calibration_record(ds)
@@ -611,3 +611,40 @@ def uncertainty_coverage(ds, factor: float = 2.0, harmonic: int = 1, dof: str | 
         "rms_normalised_error": float(np.sqrt(np.mean((e / uH[ok]) ** 2))),
         "factor": float(factor),
     }
+
+
+def store_calibration_record(ds):
+    """The calibration record behind a run store's reduction, or None when it used the rig
+    file's nominal sensors (``sensor_layout`` without a ``calibration``). Looked up in the
+    store's ``calibration_record`` attribute (re-reduced stores), else through the rig file's
+    ``[sensors] calibration`` key (the verbatim rig text and overrides, the path relative to
+    the rig file). The record must be the one the store names (its identification), else
+    :class:`UserError`."""
+    import json
+    from pathlib import Path
+
+    from .calibration import CalibrationRecord, load_calibration
+    from .config import load_toml
+    from .errors import UserError
+    from .sensors import SensorLayout
+
+    a = dict(ds.attrs)
+    if not a.get("sensor_layout"):
+        return None
+    ident = SensorLayout.from_dict(a["sensor_layout"]).calibration
+    if not ident:
+        return None
+    if a.get("calibration_record"):
+        rec = CalibrationRecord.from_dict(json.loads(a["calibration_record"]), "store attribute calibration_record")
+    else:
+        if not a.get("rig_text") or not a.get("rig_path"):
+            raise UserError(f"the store was reduced with calibration {ident!r} but keeps neither the record nor the rig file text: pass the record")
+        doc, _ = load_toml(a["rig_path"], a.get("rig_overrides") or (), text=a["rig_text"])
+        rel = (doc.get("sensors") or {}).get("calibration")
+        if not isinstance(rel, str):
+            raise UserError(f"the store was reduced with calibration {ident!r} but its rig file names no [sensors] calibration: pass the record")
+        p = Path(rel).expanduser()
+        rec = load_calibration(p if p.is_absolute() else Path(a["rig_path"]).resolve().parent / p)
+    if rec.identification != ident:
+        raise UserError(f"calibration record {rec.identification!r} is not the one the store was reduced with ({ident!r}): pass the record")
+    return rec

@@ -11,6 +11,7 @@ from hbtest import frf
 from hbtest.calibration import CalibrationRecord, run_calibration, save_calibration
 from hbtest.calibration.uncertainty import calibration_perturbations, reduction_matrix
 from hbtest.config import load_rig, load_sweep
+from hbtest.errors import UserError
 from hbtest.rig.virtual import VirtualRig
 from hbtest.sensors import measure_interface_from_coefficients
 from hbtest.sweep import run
@@ -107,6 +108,12 @@ def test_calibration_part_is_the_frf_error_a_calibration_error_makes(tmp_path):
         uc = u.u_H_calibration.values
         assert np.all(uc > 3 * u.u_H_noise.values), channel  # the calibration error dominates
         assert np.abs(err) == pytest.approx(uc, rel=0.1), channel
+    # the record is found through the rig file's [sensors] calibration key and must be the one
+    # the store names; a record rewritten since is refused, an explicit one is used as given
+    save_calibration(_record(vals, {"channels": {channel: {key: 2 * sigma}}}, date="2026-11-24T00:00:00Z"), p)
+    with pytest.raises(UserError, match="not the one the store was reduced with"):
+        frf.frf_uncertainty(ds)
+    assert frf.frf_uncertainty(ds, calibration=p).u_H_calibration.values == pytest.approx(2 * uc, rel=1e-9)
 
 
 def _calibrated_resonance(tmp_path, seed):

@@ -26,16 +26,13 @@ interface quantities (m, rad, N, N m) per standard uncertainty.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 
-from ..errors import UserError
-from .record import CalibrationRecord, load_calibration
+from .record import CalibrationRecord
 
-__all__ = ["reduction_matrix", "channel_coefficients", "calibration_perturbations", "store_calibration_record"]
+__all__ = ["reduction_matrix", "channel_coefficients", "calibration_perturbations"]
 
 
 def reduction_matrix(layout, frequency_hz: float, harmonic: int, method: str) -> np.ndarray:
@@ -91,35 +88,3 @@ def calibration_perturbations(layout, record: CalibrationRecord, frequency_hz: f
         if cu.get("skew_us"):
             rows.append(L[:, j] * c[j] * (1j * omega * float(cu["skew_us"]) * 1e-6))
     return np.array(rows, dtype=complex).reshape(-1, 4)
-
-
-def store_calibration_record(ds):
-    """The calibration record behind a run store's reduction, or None when it used the rig
-    file's nominal sensors (``sensor_layout`` without a ``calibration``). Looked up in the
-    store's ``calibration_record`` attribute (re-reduced stores), else through the rig file's
-    ``[sensors] calibration`` key (the verbatim rig text and overrides, the path relative to
-    the rig file). The record must be the one the store names (its identification), else
-    :class:`UserError`."""
-    from ..config import load_toml
-    from ..sensors import SensorLayout
-
-    a = dict(ds.attrs)
-    if not a.get("sensor_layout"):
-        return None
-    ident = SensorLayout.from_dict(a["sensor_layout"]).calibration
-    if not ident:
-        return None
-    if a.get("calibration_record"):
-        rec = CalibrationRecord.from_dict(json.loads(a["calibration_record"]), "store attribute calibration_record")
-    else:
-        if not a.get("rig_text") or not a.get("rig_path"):
-            raise UserError(f"the store was reduced with calibration {ident!r} but keeps neither the record nor the rig file text: pass the record")
-        doc, _ = load_toml(a["rig_path"], a.get("rig_overrides") or (), text=a["rig_text"])
-        rel = (doc.get("sensors") or {}).get("calibration")
-        if not isinstance(rel, str):
-            raise UserError(f"the store was reduced with calibration {ident!r} but its rig file names no [sensors] calibration: pass the record")
-        p = Path(rel).expanduser()
-        rec = load_calibration(p if p.is_absolute() else Path(a["rig_path"]).resolve().parent / p)
-    if rec.identification != ident:
-        raise UserError(f"calibration record {rec.identification!r} is not the one the store was reduced with ({ident!r}): pass the record")
-    return rec
