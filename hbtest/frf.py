@@ -11,7 +11,8 @@
   at a converged point (SPEC §4): delay ``-arg(U_P/U_N) / (2 pi k f)`` and relative
   amplification ``|U_P|/|U_N| - 1``.
 - :func:`frf_uncertainty` / :func:`uncertainty_coverage` — first-order standard uncertainty of
-  every measured FRF point from the measured noise and the final residual (method below), and
+  every measured FRF point from the measured noise, the calibration record's uncertainties and
+  the final residual (method below), and
   how often it covers the true error (virtual rigs, which store the exact reference).
 - :func:`harmonic_energy` — share of the interface-displacement power in solved harmonics
   other than the fundamental, and (when the rig measured it) in harmonics not solved for.
@@ -71,8 +72,26 @@ verbatim sweep text); ``D_P`` only enters the sensitivities ``A`` and ``G`` and 
 nominal PS model (the sweep's ``[design.physical]`` or the rig file's ``[physical]`` beam).
 Without one, ``G`` is estimated from the data as the rank-one modal receptance
 ``U_P U_P^T / (F_e^T U_P)`` (exact for an isolated mode; ``model`` attribute ``"rank-1"``).
-Not included: calibration (sensor scale/gain/lag) errors and systematic errors of the force
-reconstruction; :func:`uncertainty_coverage` measures how well the statement holds on a twin.
+Not included: systematic errors of the force reconstruction; :func:`uncertainty_coverage`
+measures how well the statement holds on a twin.
+
+Calibration uncertainty
+-----------------------
+When the store's reduction used a calibration record (``sensor_layout`` names one), each of
+the record's per-channel standard uncertainties (scale ``scale_per_v``, skew ``skew_us``) is a
+systematic error of the measured interface state: one standard uncertainty of value q moves
+``U_P`` and ``F_P`` together by ``(dU_q, dF_q)``, first order through the reduction
+(:mod:`hbtest.calibration.uncertainty`; the record from :func:`store_calibration_record`: lasers -> (u, theta), gauges -> (T, M) with the
+sweep's force reconstruction). In the equation above it enters as ``e_U = dU_q``,
+``e_F = dF_q``, so
+
+    dH_q = (A dU_q - G dF_q) / F_k,     u_H_calibration^2 = sum_q |dH_q|^2
+
+(values independent; the record states no covariances). It is added to ``u_H`` in quadrature;
+being systematic and not circular, its in-phase and quadrature parts (along ``h``) enter
+``u_|H|`` and ``u_phase`` separately. The mains frequency is not propagated (second order:
+:mod:`hbtest.calibration.uncertainty`). A store reduced with the nominal sensors has
+``u_H_calibration = 0``.
 """
 
 from __future__ import annotations
@@ -96,6 +115,7 @@ __all__ = [
     "harmonic_energy",
     "frf_uncertainty",
     "uncertainty_coverage",
+    "store_calibration_record",
 ]
 
 _SOURCES = {
@@ -436,7 +456,37 @@ def _hybrid_models(ds):
     return ns, ps, (where if ps is not None else "rank-1"), cfg.excitation.force_vector(ns)
 
 
-def frf_uncertainty(ds, harmonic: int = 1):
+def _force_method(ds) -> str:
+    """The sweep's force reconstruction (from the verbatim sweep text)."""
+    from .config import load_sweep
+
+    a = dict(ds.attrs)
+    return load_sweep(a["sweep_path"], a.get("overrides") or (), text=a["sweep_text"]).test.force_reconstruction
+
+
+def _calibration_error(ds, record, harmonic, ok, f, Up, Fp):
+    """Per point and calibrated value: the interface change ``(dU, dF)`` (n, q, 4) that one
+    standard uncertainty of the value makes (:mod:`hbtest.calibration.uncertainty`); q = 0
+    without a record."""
+    from .calibration.uncertainty import calibration_perturbations
+    from .sensors import SensorLayout
+
+    if record is None:
+        return np.zeros((f.size, 0, 4), dtype=complex)
+    layout = SensorLayout.from_dict(ds.attrs["sensor_layout"])
+    method = _force_method(ds)
+    rows = [None] * f.size
+    q = 0
+    for i in np.flatnonzero(ok):
+        rows[i] = calibration_perturbations(layout, record, f[i], harmonic, method, Up[i], Fp[i])
+        q = rows[i].shape[0]
+    out = np.zeros((f.size, q, 4), dtype=complex)
+    for i in np.flatnonzero(ok):
+        out[i] = rows[i]
+    return out
+
+
+def frf_uncertainty(ds, harmonic: int = 1, calibration=None):
     """Standard uncertainty of the measured FRF ``H = U_P / F_k`` at every point (see
     "FRF uncertainty" in the module docstring for the equations). Returns an
     :class:`xarray.Dataset` over (frequency, dof), NaN where the slot is not done or not
@@ -445,12 +495,20 @@ def frf_uncertainty(ds, harmonic: int = 1):
     - ``H`` — the measured FRF [m/N | rad/N] (as :func:`frf`);
     - ``u_H`` — standard uncertainty of the complex FRF, ``sqrt(E|dH|^2)``;
     - ``u_H_noise`` — its part from the measured noise;
+    - ``u_H_calibration`` — its part from the calibration record's standard uncertainties
+      (0 when the store's reduction used the nominal sensors; "Calibration uncertainty" in the
+      module docstring);
     - ``residual_error`` — the interface error the final residual implies, ``G D_N R / F_k``
       (complex);
     - ``u_magnitude`` — standard uncertainty of ``|H|`` [m/N | rad/N];
     - ``u_phase`` — standard uncertainty of ``arg H`` [rad].
 
-    The ``model`` attribute names the PS model behind the sensitivities."""
+    ``calibration``: the :class:`hbtest.calibration.CalibrationRecord` (or its JSON path) the
+    store's reduction used; by default found from the store
+    (:func:`store_calibration_record`).
+
+    The ``model`` attribute names the PS model behind the sensitivities; ``calibration`` the
+    record's identification ("" without one)."""
     import xarray as xr
 
     H = frf(ds, "measured", harmonic)
@@ -475,17 +533,29 @@ def frf_uncertainty(ds, harmonic: int = 1):
             G[i] = np.outer(Up[i], Up[i]) / (Fc @ Up[i])
     A = eye - G @ DN
     var = np.einsum("nij,nj->ni", np.abs(A) ** 2, vU) + np.einsum("nij,nj->ni", np.abs(G) ** 2, vF)
+    record = _resolve_calibration(ds, calibration)
+    Fp = np.asarray(ds["interface_force"].sel(**k).values, dtype=complex)
+    dUF = _calibration_error(ds, record, harmonic, ok, f, Up, Fp)
+    # each calibrated value moves U_P and F_P together: dU_P - dU* = A dU - G dF
+    dH_cal = np.einsum("nij,nqj->nqi", A, dUF[..., :2]) - np.einsum("nij,nqj->nqi", G, dUF[..., 2:])
+    var_cal = np.sum(np.abs(dH_cal) ** 2, axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         absF = np.abs(Fk)[:, None]
+        u_cal = np.sqrt(var_cal) / absF
         u_noise = np.sqrt(var) / absF
+        u_meas = np.sqrt(u_noise**2 + u_cal**2)
         b = np.einsum("nij,njk,nk->ni", G, DN, Up - Un) / Fk[:, None]
         Hv = H.values
         h = Hv / np.abs(Hv)
         inphase = (np.conj(h) * b).real
         quad = (np.conj(h) * b).imag
-        u_H = np.sqrt(u_noise**2 + np.abs(b) ** 2)
-        u_mag = np.sqrt(u_noise**2 / 2 + inphase**2)
-        u_ph = np.sqrt(u_noise**2 / 2 + quad**2) / np.abs(Hv)
+        # calibration errors are systematic and not circular: split each into in-phase and
+        # quadrature parts of H
+        cal_in = np.sqrt(np.sum(((np.conj(h)[:, None, :] * dH_cal).real) ** 2, axis=1)) / absF
+        cal_q = np.sqrt(np.sum(((np.conj(h)[:, None, :] * dH_cal).imag) ** 2, axis=1)) / absF
+        u_H = np.sqrt(u_meas**2 + np.abs(b) ** 2)
+        u_mag = np.sqrt(u_noise**2 / 2 + cal_in**2 + inphase**2)
+        u_ph = np.sqrt(u_noise**2 / 2 + cal_q**2 + quad**2) / np.abs(Hv)
     dims = H.dims
     coords = {c: H.coords[c] for c in H.coords}
 
@@ -497,12 +567,21 @@ def frf_uncertainty(ds, harmonic: int = 1):
         "H": H,
         "u_H": da(u_H, "m/N | rad/N", "standard uncertainty of the complex FRF, sqrt(E|dH|^2)"),
         "u_H_noise": da(u_noise, "m/N | rad/N", "part of u_H from the measured noise"),
+        "u_H_calibration": da(u_cal, "m/N | rad/N", "part of u_H from the calibration record's standard uncertainties"),
         "residual_error": da(b, "m/N | rad/N", "FRF error implied by the final residual, G D_N R / F"),
         "u_magnitude": da(u_mag, "m/N | rad/N", "standard uncertainty of |H|"),
         "u_phase": da(u_ph, "rad", "standard uncertainty of arg H"),
     })
-    out.attrs = {"harmonic": int(harmonic), "model": where}
+    out.attrs = {"harmonic": int(harmonic), "model": where, "calibration": record.identification if record is not None else ""}
     return out
+
+
+def _resolve_calibration(ds, calibration):
+    from .calibration import CalibrationRecord, load_calibration
+
+    if calibration is None:
+        return store_calibration_record(ds)
+    return calibration if isinstance(calibration, CalibrationRecord) else load_calibration(calibration)
 
 
 def uncertainty_coverage(ds, factor: float = 2.0, harmonic: int = 1, dof: str | None = None) -> dict:
@@ -532,3 +611,40 @@ def uncertainty_coverage(ds, factor: float = 2.0, harmonic: int = 1, dof: str | 
         "rms_normalised_error": float(np.sqrt(np.mean((e / uH[ok]) ** 2))),
         "factor": float(factor),
     }
+
+
+def store_calibration_record(ds):
+    """The calibration record behind a run store's reduction, or None when it used the rig
+    file's nominal sensors (``sensor_layout`` without a ``calibration``). Looked up in the
+    store's ``calibration_record`` attribute (re-reduced stores), else through the rig file's
+    ``[sensors] calibration`` key (the verbatim rig text and overrides, the path relative to
+    the rig file). The record must be the one the store names (its identification), else
+    :class:`UserError`."""
+    import json
+    from pathlib import Path
+
+    from .calibration import CalibrationRecord, load_calibration
+    from .config import load_toml
+    from .errors import UserError
+    from .sensors import SensorLayout
+
+    a = dict(ds.attrs)
+    if not a.get("sensor_layout"):
+        return None
+    ident = SensorLayout.from_dict(a["sensor_layout"]).calibration
+    if not ident:
+        return None
+    if a.get("calibration_record"):
+        rec = CalibrationRecord.from_dict(json.loads(a["calibration_record"]), "store attribute calibration_record")
+    else:
+        if not a.get("rig_text") or not a.get("rig_path"):
+            raise UserError(f"the store was reduced with calibration {ident!r} but keeps neither the record nor the rig file text: pass the record")
+        doc, _ = load_toml(a["rig_path"], a.get("rig_overrides") or (), text=a["rig_text"])
+        rel = (doc.get("sensors") or {}).get("calibration")
+        if not isinstance(rel, str):
+            raise UserError(f"the store was reduced with calibration {ident!r} but its rig file names no [sensors] calibration: pass the record")
+        p = Path(rel).expanduser()
+        rec = load_calibration(p if p.is_absolute() else Path(a["rig_path"]).resolve().parent / p)
+    if rec.identification != ident:
+        raise UserError(f"calibration record {rec.identification!r} is not the one the store was reduced with ({ident!r}): pass the record")
+    return rec

@@ -22,6 +22,7 @@ from .procedures import (
     calibrate_channels,
     calibrate_mains,
 )
+from .uncertainty import calibration_perturbations
 from .record import (
     CALIBRATION_VERSION,
     CHANNEL_VALUES,
@@ -47,6 +48,7 @@ __all__ = [
     "beam_strain_per_motion",
     "run_calibration",
     "combine",
+    "calibration_perturbations",
 ]
 
 
