@@ -179,7 +179,7 @@ def point_record(out: PointOutcome, orders, n_act: int, external_amplitude: floa
 
 
 def _store_attrs(cfg: SweepConfig, rig_cfg, overrides, seed) -> dict:
-    return dict(
+    attrs = dict(
         sweep_text=cfg.source.text,
         sweep_sha256=cfg.source.sha256,
         sweep_path=str(Path(cfg.source.path).resolve()),
@@ -194,6 +194,14 @@ def _store_attrs(cfg: SweepConfig, rig_cfg, overrides, seed) -> dict:
         seed=seed,
         sensor_layout=json.dumps(rig_cfg.sensors.to_dict()),  # the calibration the reduction used
     )
+    if rig_cfg.sensors.calibration:  # keep the applied calibration record itself, not only its path
+        from types import SimpleNamespace
+
+        from .frf import store_calibration_record
+
+        rec = store_calibration_record(SimpleNamespace(attrs=attrs))
+        attrs["calibration_record"] = json.dumps(rec.to_dict())
+    return attrs
 
 
 def _seed_carry(store: RunStore, orders, upto: int) -> Carry:

@@ -95,7 +95,9 @@ def test_calibration_part_is_the_frf_error_a_calibration_error_makes(tmp_path):
     values except one off by its stated standard uncertainty. The FRF error against the exact
     reference, less the residual's own part, is then that one value's calibration error, whose
     magnitude ``u_H_calibration`` must equal (first order)."""
-    quiet = ["virtual.noise.laser_rms_um=0.0", "virtual.noise.gauge_rms_microstrain=0.0"]
+    # the noise-free twin: no white noise and no mains (the transient fit's noise estimate near
+    # 18.6 Hz with mains regressors is far above the twin's real noise; see issue 16's notes)
+    quiet = ["virtual.noise.laser_rms_um=0.0", "virtual.noise.gauge_rms_microstrain=0.0", "virtual.mains.amplitude_microstrain=0.0"]
     pts = ["sweep.start_hz=18.4", "sweep.stop_hz=18.6", "sweep.points=2"]
     for channel, key, sigma in (("g1", "scale_per_v", 2.04e-8), ("g2", "skew_us", 2.0), ("l2", "scale_per_v", 5.05e-8)):
         vals = {"mains_hz": 50.2, "channels": {c: dict(v) for c, v in TRUE_VALUES["channels"].items()}}
@@ -108,11 +110,15 @@ def test_calibration_part_is_the_frf_error_a_calibration_error_makes(tmp_path):
         uc = u.u_H_calibration.values
         assert np.all(uc > 3 * u.u_H_noise.values), channel  # the calibration error dominates
         assert np.abs(err) == pytest.approx(uc, rel=0.1), channel
-    # the record is found through the rig file's [sensors] calibration key and must be the one
-    # the store names; a record rewritten since is refused, an explicit one is used as given
+    # the sweep keeps the applied record in the store: rewriting the file afterwards changes
+    # nothing; a store that keeps only the rig file's reference refuses a record that is not
+    # the one it names; an explicit record is used as given
     save_calibration(_record(vals, {"channels": {channel: {key: 2 * sigma}}}, date="2026-11-24T00:00:00Z"), p)
+    assert frf.frf_uncertainty(ds).u_H_calibration.values == pytest.approx(uc, rel=1e-9)
+    without_copy = ds.copy()
+    del without_copy.attrs["calibration_record"]
     with pytest.raises(UserError, match="not the one the store was reduced with"):
-        frf.frf_uncertainty(ds)
+        frf.frf_uncertainty(without_copy)
     assert frf.frf_uncertainty(ds, calibration=p).u_H_calibration.values == pytest.approx(2 * uc, rel=1e-9)
 
 
