@@ -113,19 +113,24 @@ def _check(rc: int, err: str, took: float, what: str) -> None:
     assert took < TIME_BOUND_S, f"{what}: took {took:.1f} s"
 
 
+def _write_case(d: Path, which: str, data: bytes) -> Path:
+    """The sweep file of a case in folder ``d``: a mutated sweep file (its rig path made
+    absolute), or the reference sweep pointing at a mutated rig file."""
+    sweep = d / "sweep.toml"
+    if which == "sweep":
+        sweep.write_bytes(data.replace(b'"../instruments/virtual-cantilever.toml"', f'"{RIG.as_posix()}"'.encode()))
+    else:
+        rig = d / "rig.toml"
+        rig.write_bytes(data)
+        sweep.write_text(_sweep_text_pointing_at(rig))
+    return sweep
+
+
 def design_case(capsys, which: str, case) -> int:
     description, data = case
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
-        if which == "sweep":
-            sweep = d / "sweep.toml"
-            # the sweep file as the user has it, its rig path made absolute (in a temp dir)
-            sweep.write_bytes(data.replace(b'"../instruments/virtual-cantilever.toml"', f'"{RIG.as_posix()}"'.encode()))
-        else:
-            rig = d / "rig.toml"
-            rig.write_bytes(data)
-            sweep = d / "sweep.toml"
-            sweep.write_text(_sweep_text_pointing_at(rig))
+        sweep = _write_case(d, which, data)
         capsys.readouterr()
         t0 = time.monotonic()
         try:
@@ -141,14 +146,7 @@ def run_case(which: str, case) -> None:
     description, data = case
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
-        if which == "sweep":
-            sweep = d / "sweep.toml"
-            sweep.write_bytes(data.replace(b'"../instruments/virtual-cantilever.toml"', f'"{RIG.as_posix()}"'.encode()))
-        else:
-            rig = d / "rig.toml"
-            rig.write_bytes(data)
-            sweep = d / "sweep.toml"
-            sweep.write_text(_sweep_text_pointing_at(rig))
+        sweep = _write_case(d, which, data)
         t0 = time.monotonic()
         try:
             r = subprocess.run([sys.executable, "-m", "hbtest.cli", "sweep", str(sweep), "--store", str(d / "s.zarr"), *RUN_ARGS],

@@ -328,6 +328,14 @@ class PointLoop:
                                   self.orders, f, n_periods, records[-1].elapsed_s, tuple(sorted(over)))
         return measure_interface_from_coefficients(rec, self.layout, self.orders, self.s.force_method), tuple(sorted(over))
 
+    def _apply(self, f: float, V: np.ndarray):
+        """Clip ``V`` to the voltage limit and ramp the rig to it: (V, clipped, rig time before,
+        rig time after the ramp) [s]."""
+        V, clipped = solver.clip_voltage(V, self.n_act, self.voltage_limit, self.orders)
+        t0 = self.rig.elapsed_s
+        self.rig.set_demand(f, self.unpack_voltage(V), self.orders, ramp_periods=self.s.ramp_periods)
+        return V, clipped, t0, self.rig.elapsed_s
+
     def evaluate_through_transient(self, num: NumericalSide, V: np.ndarray, transient_tol: float | None = None, kind: str = "iteration") -> Evaluation:
         """Apply ``V``, and instead of waiting for the transient, fit the steady state and the
         free decay of the system's modes together on the record that starts when the ramp
@@ -335,11 +343,8 @@ class PointLoop:
         the fit) until the residual noise meets the profile's window rule
         (:meth:`SolverProfile.next_window` gives the periods the noise target needs)."""
         transient_tol = self.s.transient_tolerance if transient_tol is None else transient_tol
-        V, clipped = solver.clip_voltage(V, self.n_act, self.voltage_limit, self.orders)
-        t0 = self.rig.elapsed_s
         f = num.frequency_hz
-        self.rig.set_demand(f, self.unpack_voltage(V), self.orders, ramp_periods=self.s.ramp_periods)
-        t_ramp = self.rig.elapsed_s
+        V, clipped, t0, t_ramp = self._apply(f, V)
         modes = self.transient_modes()
         records, lengths = [], []
         total = 0
@@ -373,11 +378,8 @@ class PointLoop:
         if self.profile.fit_transient and self.transient_modes() is not None:
             return self.evaluate_through_transient(num, V, transient_tol, kind)
         transient_tol = self.s.transient_tolerance if transient_tol is None else transient_tol
-        V, clipped = solver.clip_voltage(V, self.n_act, self.voltage_limit, self.orders)
-        t0 = self.rig.elapsed_s
         f = num.frequency_hz
-        self.rig.set_demand(f, self.unpack_voltage(V), self.orders, ramp_periods=self.s.ramp_periods)
-        t_ramp = self.rig.elapsed_s
+        V, clipped, t0, t_ramp = self._apply(f, V)
         prof = self.profile
         prev, prev_d = None, None
         settled = False
