@@ -477,6 +477,11 @@ class InterfaceMeasurement:
     displacement_variance: np.ndarray
     force_variance: np.ndarray
     n_periods: int
+    #: the reduction's input: raw channel coefficients [V] (before scale, offset and lag
+    #: correction) and their variances of the mean [V^2], each (n_channels, n_orders) in the
+    #: layout's channel order — what re-reducing with another calibration needs
+    #: (:mod:`hbtest.calibration.resolve`); None where not measured
+    raw_channels: tuple | None = None
 
 
 def measure_interface(acq, layout: SensorLayout, orders, method: str = "segment", reject_mains: bool = False) -> InterfaceMeasurement:
@@ -542,6 +547,8 @@ def _reduce(raw_coef: dict, raw_var: dict, f: float, n_periods: int, layout: Sen
         displacement_variance=np.stack([var_u, var_th]),
         force_variance=np.stack([var_T, var_M]),
         n_periods=n_periods,
+        raw_channels=(np.array([np.asarray(raw_coef[c.name], dtype=complex) for c in layout.channels]),
+                      np.array([np.asarray(raw_var[c.name], dtype=float) for c in layout.channels])),
     )
 
 

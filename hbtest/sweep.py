@@ -138,9 +138,10 @@ def check_run(cfg: SweepConfig, rig_cfg) -> None:
         )
 
 
-def point_record(out: PointOutcome, orders, n_act: int, external_amplitude: float, reference=None) -> PointRecord:
+def point_record(out: PointOutcome, orders, n_act: int, external_amplitude: float, reference=None, n_ch: int | None = None) -> PointRecord:
     """Everything measured at a point, in the store's shapes (NaN where a point ended before
-    any measurement, e.g. a trip on its first demand)."""
+    any measurement, e.g. a trip on its first demand). ``n_ch``: channels of the rig layout
+    (the per-evaluation raw channel coefficients are recorded; None: not recorded)."""
     orders = np.asarray(orders)
     p = harmonics.packed_size(orders)
     nh = orders.size
@@ -153,6 +154,9 @@ def point_record(out: PointOutcome, orders, n_act: int, external_amplitude: floa
     def volt(V):
         return harmonics.unpack(V.reshape(n_act, p), orders)
 
+    from .calibration.resolve import history_channels
+
+    hc = history_channels(H, n_ch, nh)
     return PointRecord(
         frequency_hz=out.frequency_hz,
         interface_displacement=e.meas.displacement if e else cnan,
@@ -175,6 +179,9 @@ def point_record(out: PointOutcome, orders, n_act: int, external_amplitude: floa
         stop_reason=out.reason,
         raw_record=getattr(e, "acq", None),  # the final window's raw samples, where the rig gave them
         excluded_energy_fraction=out.excluded_energy_fraction,
+        # raw channel coefficients of every evaluation (hbtest reduce re-solves with them)
+        history_channel_coefficients=hc[0],
+        history_channel_variance=hc[1],
     )
 
 
@@ -261,7 +268,8 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
                 out = loop.run(float(freqs[i]), carry)
                 ref = reference(ns.substructure, F, float(freqs[i]), orders) if reference is not None else None
                 try:
-                    store.write_point(i, point_record(out, orders, loop.n_act, cfg.excitation.amplitude, ref))
+                    store.write_point(i, point_record(out, orders, loop.n_act, cfg.excitation.amplitude, ref,
+                                                          len(store.evaluation_channels) or None))
                 except OSError as e:
                     status, cause, reason = "interrupted", "store", f"cannot write point {i} ({freqs[i]:g} Hz) to {store.path}: {e.strerror or e}"
                     raise StoreWriteError(f"{store.path}: {reason.split(': ', 1)[-1]}; the run stopped, free the space and `hbtest resume {store.path}`") from None
@@ -352,6 +360,7 @@ def run(cfg: SweepConfig, store_path=None, progress=None, overwrite: bool = Fals
                 overwrite=overwrite,
                 reference=hasattr(rig, "emulated_interface_response"),
                 raw_records=_raw_capacity(cfg, rig_cfg),
+                channels=rig_cfg.sensors.channel_names,
             )
         except BaseException:
             _close(rig)

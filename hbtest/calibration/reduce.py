@@ -1,7 +1,18 @@
-"""Re-reduction (``hbtest reduce``): recompute a run's interface quantities from the raw sample
-records of its final acquisition windows with another calibration, writing a new store.
+"""Re-reduction (``hbtest reduce``): recompute a run's results with another calibration, writing
+a new store. Two modes, per point:
 
-What it gives: the interface displacement ``(u, theta)`` [m, rad], forces ``(T, M)`` [N, N m]
+- **hybrid re-solution** (stores that keep every evaluation's raw channel coefficients,
+  ``history_channel_coefficients``; every sweep of this hbtest): the hybrid solution a re-run
+  of the sweep with the new calibration converges to, from an affine fit of the physical
+  side over the point's evaluations (:mod:`hbtest.calibration.resolve`). The new store's
+  ``voltage`` is the solved voltage, ``interface_*`` the fitted model there,
+  ``numerical_displacement`` the numerical side's answer, ``converged`` whether the residual
+  left is below the sweep's tolerance; the group attribute ``reduction`` lists per point the
+  method (:data:`hbtest.calibration.resolve.RESOLVE_METHODS`), the evaluations used and the
+  extrapolation ``|dV|`` / spread of the measured voltages.
+- **final-window re-reduction** (older stores with raw records only): described below.
+
+Final-window re-reduction gives the interface displacement ``(u, theta)`` [m, rad], forces ``(T, M)`` [N, N m]
 and their variances of the physical state each point's run ended in, reduced with the new
 calibration (:func:`hbtest.sensors.measure_interface`), plus the compatibility residual
 ``U_P - U_N`` that state has under it. What it does not give: the hybrid solution a re-run
@@ -11,8 +22,9 @@ calibration measured it, so after a calibration change the state is not the hybr
 Re-running the sweep is the remedy when the residual is above the tolerance.
 
 The new store records both calibrations: ``sensor_layout`` (the new one, what the stored
-interface quantities were reduced with), ``sensor_layout_original`` (the run's),
-``calibration_record`` (the record applied) and ``reduced_from`` (the source store's path).
+interface quantities were reduced with), ``sensor_layout_original`` (the source store's),
+``calibration_record`` (the record applied), ``calibration_record_original`` (the source's,
+when it had one) and ``reduced_from`` (the source store's path).
 """
 
 from __future__ import annotations
@@ -26,7 +38,11 @@ from ..errors import UserError
 from ..sensors import FORCE_METHODS, SensorLayout, measure_interface
 from .record import CalibrationRecord, apply_calibration
 
-__all__ = ["ReducedPoint", "reduce_store", "raw_record_capacity", "RAW_RECORD_MARGIN"]
+__all__ = ["ReducedPoint", "reduce_store", "raw_record_capacity", "RAW_RECORD_MARGIN", "REDUCTION_MODES"]
+
+#: ``hybrid``: re-solved from every evaluation's channel coefficients; ``final_window``: the
+#: final raw record re-reduced (the state, not the re-run's solution)
+REDUCTION_MODES = ("hybrid", "final_window")
 
 #: extra samples allocated per raw record beyond the longest window (rounding of fs / f)
 RAW_RECORD_MARGIN = 8
@@ -42,31 +58,76 @@ def raw_record_capacity(layout, frequencies_hz, max_periods: int, sample_rate_hz
 
 @dataclasses.dataclass(frozen=True)
 class ReducedPoint:
-    """One re-reduced point: slot index, frequency [Hz], the residual norm [m] of the state
-    under the new calibration (displacement form, ``|U_P - U_N|`` over DOFs and harmonics)."""
+    """One re-reduced point: slot index, frequency [Hz], the residual norm [m] left under the
+    new calibration (displacement form, ``|U_P - U_N|`` over DOFs and harmonics; ~0 for a
+    re-solved point), the mode (:data:`REDUCTION_MODES`), and for a re-solved point the method
+    (:data:`hbtest.calibration.resolve.RESOLVE_METHODS`), the evaluations used, ``|dV|`` [V]
+    and the extrapolation ratio (NaN where not applicable)."""
 
     index: int
     frequency_hz: float
     residual_norm: float
+    mode: str = "final_window"
+    method: str = ""
+    n_evaluations: int = 0
+    voltage_change: float = float("nan")
+    extrapolation: float = float("nan")
+    extrapolated: bool = False
 
 
-def reduce_store(src, record: CalibrationRecord, out, *, method: str = "segment", reject_mains: bool | None = None,
-                 overwrite: bool = False) -> list[ReducedPoint]:
-    """Re-reduce every finished point of the store ``src`` that has a raw record, with the
-    run's sensor layout calibrated by ``record``; write the store ``out``. ``method``: the
-    force reconstruction (:data:`hbtest.sensors.FORCE_METHODS`); ``reject_mains``: default
-    that of the run's solver profile. A store without raw records is a :class:`UserError`."""
-    from ..point import get_profile
+def _sweep_models(attrs):
+    """(sweep config, numerical substructure, external force vector, PS model or None) from
+    the store's verbatim texts, or None when the store has no sweep text."""
+    from ..config import load_rig, load_sweep
+    from ..substructure import Substructure
+
+    if not attrs.get("sweep_text") or not attrs.get("sweep_path"):
+        return None
+    cfg = load_sweep(attrs["sweep_path"], attrs.get("overrides") or (), text=attrs["sweep_text"])
+    ns = cfg.numerical.numerical_substructure()
+    F = cfg.excitation.force_vector(ns)
+    ps_beam = cfg.design_ps
+    if ps_beam is None and attrs.get("rig_text") and attrs.get("rig_path"):
+        try:
+            ps_beam = load_rig(attrs["rig_path"], attrs.get("rig_overrides") or (), text=attrs["rig_text"]).physical
+        except UserError:  # provenance text the current rig kinds cannot read: no PS model
+            ps_beam = None
+    ps = None
+    if ps_beam is not None:
+        ps = Substructure(ps_beam.build(left="free", right="free", x_offset=cfg.numerical.beam.length), ("u0", "theta0"))
+    return cfg, ns, F, ps
+
+
+def reduce_store(src, record: CalibrationRecord, out, *, method: str | None = None, reject_mains: bool | None = None,
+                 overwrite: bool = False, ps_model_uncertainty: float | None = None) -> list[ReducedPoint]:
+    """Re-reduce every finished point of the store ``src`` with the source's sensor layout
+    calibrated by ``record``; write the store ``out``. Points with per-evaluation channel
+    coefficients are re-solved (mode ``hybrid``), others with a raw record re-reduced from it
+    (mode ``final_window``). ``method``: the force reconstruction
+    (:data:`hbtest.sensors.FORCE_METHODS`; default the sweep's, else ``segment``);
+    ``reject_mains``: for final-window re-reduction, default that of the run's solver profile;
+    ``ps_model_uncertainty``: relative standard uncertainty of the PS model on the
+    ``model_jacobian`` path (default :data:`hbtest.calibration.resolve.PS_MODEL_UNCERTAINTY`).
+    A store with neither is a :class:`UserError`."""
+    from ..point import NumericalSide, get_profile
     from ..store import RunStore
+    from .resolve import PS_MODEL_UNCERTAINTY, resolve_point
 
-    if method not in FORCE_METHODS:
-        raise UserError(f"unknown force reconstruction {method!r}; use one of {', '.join(FORCE_METHODS)}")
+    if ps_model_uncertainty is None:
+        ps_model_uncertainty = PS_MODEL_UNCERTAINTY
+
     store = RunStore.open(src)
-    if not store.raw_channels:
-        raise UserError(f"{src}: the store has no raw records (the sweep ran without output.raw_records); nothing to re-reduce")
+    if not store.raw_channels and not store.evaluation_channels:
+        raise UserError(f"{src}: the store has no raw records and no per-evaluation channel coefficients (written by an older hbtest"
+                        " or without output.raw_records); re-run the sweep with this hbtest to re-reduce it")
     attrs = dict(store.attrs)
     if not attrs.get("sensor_layout"):
         raise UserError(f"{src}: the store does not record its sensor layout (sensor_layout attribute); cannot re-reduce")
+    models = _sweep_models(attrs) if store.evaluation_channels else None
+    if method is None:
+        method = models[0].test.force_reconstruction if models else "segment"
+    if method not in FORCE_METHODS:
+        raise UserError(f"unknown force reconstruction {method!r}; use one of {', '.join(FORCE_METHODS)}")
     original = SensorLayout.from_dict(attrs["sensor_layout"])
     layout = apply_calibration(original, record)
     if reject_mains is None:
@@ -74,7 +135,8 @@ def reduce_store(src, record: CalibrationRecord, out, *, method: str = "segment"
             reject_mains = bool(get_profile(str(attrs.get("profile"))).reject_mains)
         except ValueError:  # an unknown profile: average the mains only
             reject_mains = False
-    new_attrs = {k: v for k, v in attrs.items() if k not in ("hbtest_store", "schema_version", "status", "created_utc", "updated_utc", "finished_utc")}
+    new_attrs = {k: v for k, v in attrs.items() if k not in ("hbtest_store", "schema_version", "status", "created_utc", "updated_utc", "finished_utc",
+                                                              "calibration_record_original", "reduction")}
     new_attrs.update(
         sensor_layout=json.dumps(layout.to_dict()),
         sensor_layout_original=attrs["sensor_layout"],
@@ -82,10 +144,19 @@ def reduce_store(src, record: CalibrationRecord, out, *, method: str = "segment"
         reduced_from=str(store.path.resolve()),
         reduction_force_method=method,
         reduction_reject_mains=bool(reject_mains),
+        reduction_ps_model_uncertainty=float(ps_model_uncertainty),
     )
+    if attrs.get("calibration_record"):
+        new_attrs["calibration_record_original"] = attrs["calibration_record"]
+    warnings = []
+    if store.evaluation_channels and tuple(layout.mains_frequencies) != tuple(original.mains_frequencies):
+        warnings.append(f"the record changes the mains frequency ({original.mains_hz:g} -> {layout.mains_hz:g} Hz): the run's harmonic fits"
+                        f" rejected {original.mains_hz:g} Hz and channel coefficients cannot be refitted, so the mains' leakage stays in"
+                        " the re-solved points; re-run the sweep if it matters")
     new = RunStore.create(out, frequencies_hz=store.frequencies_hz, harmonics=store.harmonics, actuators=store.actuators,
                           max_iterations=store.max_iterations, attrs=new_attrs, overwrite=overwrite, reference=store.has_reference,
-                          raw_records=(store.raw_channels, store.raw_max_samples))
+                          raw_records=(store.raw_channels, store.raw_max_samples) if store.raw_channels else None,
+                          channels=store.evaluation_channels or None)
     orders = np.asarray(store.harmonics)
     done = store.done()
     result = []
@@ -94,6 +165,27 @@ def reduce_store(src, record: CalibrationRecord, out, *, method: str = "segment"
             continue
         rec = store.read_point(i)
         acq = store.read_raw(i)
+        f = float(store.frequencies_hz[i])
+        if models is not None and rec.history_channel_coefficients is not None:
+            cfg, ns, F, ps = models
+            num = NumericalSide.build(ns, F, f, orders)
+            r = resolve_point(voltages=rec.history_voltage, coefficients=rec.history_channel_coefficients, variance=rec.history_channel_variance,
+                              channel_names=store.evaluation_channels, layout=layout, frequency_hz=f, orders=orders, method=method, num=num,
+                              residual_form=cfg.test.residual, rotation_length=cfg.test.rotation_length, ps_model=ps,
+                              ps_model_uncertainty=ps_model_uncertainty)
+            note = f"re-solved with {record.identification}: {r.method} over {r.n_evaluations} evaluation(s)"
+            if np.isfinite(r.extrapolation):
+                note += f", |dV| = {r.voltage_change:.3g} V ({r.extrapolation:.2g} x the measured spread)"
+            if r.extrapolated:
+                note += " — EXTRAPOLATED beyond the measured voltages"
+            new.write_point(i, dataclasses.replace(
+                rec, interface_displacement=r.displacement, interface_force=r.force, numerical_displacement=r.numerical_displacement,
+                voltage=r.voltage, displacement_variance=r.displacement_variance, force_variance=r.force_variance,
+                residual_norm=r.residual_norm, converged=bool(r.method != "state_only" and r.residual_norm <= cfg.test.tolerance),
+                raw_record=acq, message=note,
+            ))
+            result.append(ReducedPoint(i, f, r.residual_norm, "hybrid", r.method, r.n_evaluations, r.voltage_change, r.extrapolation, r.extrapolated))
+            continue
         if acq is None:
             continue
         meas = measure_interface(acq, layout, orders, method, reject_mains=reject_mains)
@@ -105,6 +197,7 @@ def reduce_store(src, record: CalibrationRecord, out, *, method: str = "segment"
             residual_norm=norm, raw_record=acq,
             message=(rec.message + "; " if rec.message else "") + f"re-reduced with {record.identification}",
         ))
-        result.append(ReducedPoint(i, float(store.frequencies_hz[i]), norm))
+        result.append(ReducedPoint(i, f, norm))
+    new.set_attrs(reduction=[dataclasses.asdict(p) for p in result], reduction_warnings=warnings)
     new.set_status(str(attrs.get("status", "completed")) if attrs.get("status") in ("completed", "interrupted", "failed") else "completed")
     return result

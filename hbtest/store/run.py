@@ -37,6 +37,13 @@ final acquisition window of each point (``raw_length`` valid samples from demand
 ``hbtest reduce`` (:mod:`hbtest.calibration.reduce`). Stores of schema 1-2 have none and stay
 readable.
 
+Evaluation records (optional: a store created with ``channels``): dimension ``channel``
+(names, the rig layout's order); ``history_channel_coefficients`` [V] and
+``history_channel_variance`` [V^2] (frequency, iteration, channel, harmonic) hold the RAW
+channel coefficients (before calibration and lag correction) of every evaluation of a point,
+row for row with ``history_voltage``: what ``hbtest reduce`` needs to re-solve the hybrid
+problem with another calibration (:mod:`hbtest.calibration.resolve`). Older stores have none.
+
 Group attributes: ``hbtest_store`` (= ``"run"``), ``schema_version``, the verbatim sweep and
 rig definition texts with their SHA-256 and paths, ``rig_identity``, ``overrides``,
 ``profile``, ``versions`` (python and package versions), ``git_commit`` / ``git_dirty``
@@ -71,6 +78,7 @@ __all__ = [
     "DOFS",
     "SCHEMA_VERSION",
     "RAW_VARIABLES",
+    "EVALUATION_VARIABLES",
     "tolerance_from_attrs",
 ]
 
@@ -113,6 +121,11 @@ class PointRecord:
     # t [s, demand time base], data channel -> raw volts, n_periods); stored only by a store
     # created with raw records (:meth:`RunStore.create` ``raw_records``)
     raw_record: object | None = None
+    # raw channel coefficients [V] and their variances [V^2] of every evaluation, (n_iter,
+    # n_channels, n_orders), rows as history_voltage; stored only by a store created with
+    # ``channels`` (:meth:`RunStore.create`)
+    history_channel_coefficients: np.ndarray | None = None
+    history_channel_variance: np.ndarray | None = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -148,9 +161,14 @@ _SCHEMA: dict[str, tuple[tuple[str, ...], str, str, str]] = {
     "raw_sample_rate": ((), "f", "Hz", "sample rate of the raw record"),
     "raw_length": ((), "i", "1", "number of valid raw samples (-1: none recorded)"),
     "raw_periods": ((), "i", "1", "whole forcing periods in the raw record"),
+    # evaluation records (only in a store created with channels): hybrid re-reduction input
+    "history_channel_coefficients": (("iteration", "channel", "harmonic"), "c", "V", "raw channel coefficients (before calibration and lag correction) of every evaluation"),
+    "history_channel_variance": (("iteration", "channel", "harmonic"), "f", "V2", "variance of the mean of the raw channel coefficients of every evaluation"),
 }
 #: the raw-record variables (present together or not at all)
 RAW_VARIABLES = ("raw_samples", "raw_time_start", "raw_sample_rate", "raw_length", "raw_periods")
+#: the per-evaluation channel-coefficient variables (present together or not at all)
+EVALUATION_VARIABLES = ("history_channel_coefficients", "history_channel_variance")
 _DOF_UNITS = {
     "m | rad": ["m", "rad"],
     "N | N m": ["N", "N m"],
@@ -190,7 +208,7 @@ def _is_store(path: Path) -> bool:
 
 
 #: variables a store may lack: the reference exists for virtual rigs only; later schemas added some
-_OPTIONAL = {"reference_interface_displacement", *RAW_VARIABLES}
+_OPTIONAL = {"reference_interface_displacement", *RAW_VARIABLES, *EVALUATION_VARIABLES}
 _ADDED_IN_SCHEMA = {"stop_reason": 2, **{n: 3 for n in RAW_VARIABLES}}
 
 
@@ -295,6 +313,8 @@ class RunStore:
         self.schema_version = int(g.attrs.get("schema_version", 1))
         self.raw_channels = tuple(str(c) for c in g["channel"][...]) if "raw_samples" in g.array_keys() else ()
         self.raw_max_samples = int(g["raw_samples"].shape[-1]) if self.raw_channels else 0
+        keys = set(g.array_keys())
+        self.evaluation_channels = tuple(str(c) for c in g["channel"][...]) if set(EVALUATION_VARIABLES) <= keys else ()
 
     @property
     def n_points(self) -> int:
@@ -315,6 +335,7 @@ class RunStore:
         overwrite: bool = False,
         reference: bool = True,
         raw_records: tuple | None = None,
+        channels=None,
     ) -> "RunStore":
         """Pre-allocate a store for a sweep. ``attrs`` (sweep_text, sweep_sha256, sweep_path,
         rig_text, rig_sha256, rig_path, rig_identity, overrides, profile, and anything else
@@ -324,6 +345,8 @@ class RunStore:
         ``raw_records = (channel_names, max_samples)`` allocates the raw-record variables
         (:data:`RAW_VARIABLES`: the final acquisition window of each point, for
         re-reduction with another calibration; chunked one point per chunk, compressed).
+        ``channels`` (the rig layout's channel names) allocates the per-evaluation raw channel
+        coefficients (:data:`EVALUATION_VARIABLES`); with ``raw_records`` too, the names agree.
 
         An existing store is replaced only with ``overwrite=True``, and only if it is an hbtest
         run store or an empty directory (never an arbitrary directory)."""
@@ -375,12 +398,20 @@ class RunStore:
                 raise ValueError(f"raw_records must be (distinct channel names, max_samples >= 1), got {raw_records!r}")
             sizes.update(channel=len(raw_names), sample=raw_max)
             raw_coords["channel"] = ("channel", np.array(raw_names, dtype=object), {"long_name": "acquisition channel (raw records)"})
+        if channels is not None:
+            names = [str(c) for c in channels]
+            if not names or len(set(names)) != len(names) or ("channel" in raw_coords and list(raw_coords["channel"][1]) != names):
+                raise ValueError(f"channels must be distinct names (those of raw_records when both are given), got {channels!r}")
+            sizes["channel"] = len(names)
+            raw_coords["channel"] = ("channel", np.array(names, dtype=object), {"long_name": "acquisition channel"})
         data_vars = {}
         encoding = {}
         for name, (dims, kind, units, long_name) in _SCHEMA.items():
             if name == "reference_interface_displacement" and not reference:
                 continue
             if name in RAW_VARIABLES and raw_records is None:
+                continue
+            if name in EVALUATION_VARIABLES and channels is None:
                 continue
             shape = (n,) + tuple(sizes[d] for d in dims)
             fill = _FILL[kind]
@@ -561,6 +592,17 @@ class RunStore:
             raise ValueError(f"{self.path}: store was created without reference_interface_displacement")
         if self.raw_channels:
             values.update(self._raw_values(rec.raw_record))
+        if self.evaluation_channels:
+            nc = len(self.evaluation_channels)
+            for name in EVALUATION_VARIABLES:
+                kind = _SCHEMA[name][1]
+                got = getattr(rec, name)
+                if got is None:
+                    values[name] = np.full((ni, nc, nh), _FILL[kind], dtype=_DTYPE[kind])
+                    continue
+                values[name], n5 = hist(got, (nc, nh), kind, name)
+                if n5 != n1:
+                    raise ValueError(f"{name}: {n5} evaluations recorded, history_voltage has {n1}")
         data = xr.Dataset({k: (("frequency",) + _SCHEMA[k][0], np.asarray(v)[None, ...]) for k, v in values.items()})
         flag = lambda v: xr.Dataset({"done": (("frequency",), np.array([v], dtype=bool))})  # noqa: E731
         if self.done()[index]:
@@ -686,6 +728,7 @@ class RunStore:
             message=str(ds["message"].values),
             stop_reason=str(ds["stop_reason"].values) if "stop_reason" in ds else "",
             excluded_energy_fraction=None if np.all(np.isnan(ex)) else ex,
+            **{name: (ds[name].values[:n] if name in ds and not np.all(np.isnan(ds[name].values[:n])) else None) for name in EVALUATION_VARIABLES},
         )
 
 
