@@ -347,9 +347,13 @@ def resolve_point(*, voltages, coefficients, variance, channel_names, layout, fr
         R = Ua - num.numerical_displacement(Fa)
         dU = -np.einsum("kij,kjl,lk->ik", np.linalg.inv(num.D + DP), num.D, R)
         dF = np.einsum("kij,jk->ik", DP, dU)
-        xv = candidates[-1].voltage if candidates else None
-        best_x = harmonics.pack(xv, orders).reshape(-1) if xv is not None else None
-        candidates.append(result("model_jacobian", best_x, Ua + dU, Fa + dF, vUa, vFa + (float(ps_model_uncertainty) * np.abs(dF)) ** 2))
+        Us = Ua + dU
+        best_x = None
+        if fits:  # the voltage that moves the fitted (precise) displacement map to U*
+            Vk = np.stack([Vs[-1, :, i] + np.linalg.lstsq(th[1:, :2].T, Us[:, i] - th[0, :2], rcond=None)[0]
+                           for i, (th, _) in enumerate(fits)], axis=1)
+            best_x = harmonics.pack(Vk, orders).reshape(-1)
+        candidates.append(result("model_jacobian", best_x, Us, Fa + dF, vUa, vFa + (float(ps_model_uncertainty) * np.abs(dF)) ** 2))
     if candidates:
         return min(candidates, key=lambda r: _relative_force_variance(r.force, r.force_variance))
     return result("state_only", None, U[-1], F[-1], vU[-1], vF[-1])
