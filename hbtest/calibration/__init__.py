@@ -3,7 +3,8 @@ rig file's nominal sensor values for the reduction, and procedures a lab runs on
 through the :class:`hbtest.rig.Rig` protocol (:mod:`.procedures`: mains frequency from a
 zero-demand record; channel gain and lag relative to the reference laser from the physical
 substructure's beam model). ``hbtest calibrate RIGFILE`` runs them and writes a record; a rig
-file uses it with ``[sensors] calibration = "record.json"``.
+file uses it with ``[sensors] calibration = "record.json"``. ``hbtest reduce`` re-solves a run with
+another record (:mod:`.reduce`, :mod:`.resolve`).
 
 Units: as the rig file keys the values replace (``scale_per_v`` per V, ``skew_us`` µs,
 ``mains_hz`` Hz); uncertainties are standard uncertainties (one sigma) in the same units.
@@ -23,6 +24,7 @@ from .procedures import (
     calibrate_mains,
 )
 from .uncertainty import calibration_perturbations
+from .resolve import RESOLVE_METHODS, Resolved, resolve_point
 from .record import (
     CALIBRATION_VERSION,
     CHANNEL_VALUES,
@@ -49,6 +51,9 @@ __all__ = [
     "run_calibration",
     "combine",
     "calibration_perturbations",
+    "RESOLVE_METHODS",
+    "Resolved",
+    "resolve_point",
 ]
 
 

@@ -14,25 +14,38 @@ Method (per point, at its fixed frequency ``f``):
    ``c_e`` [V] with their variances of the mean (store variables ``history_voltage``,
    ``history_channel_coefficients``, ``history_channel_variance``). Each ``c_e`` is reduced
    with the NEW calibration to ``Y_e = [U_P; F_P]`` (:func:`hbtest.sensors.measure_interface_from_coefficients`).
-2. The physical side at a fixed frequency is affine in the voltages (exactly for a linear
-   rig, to first order around the evaluations otherwise): ``Y(V) = a + B (V - V_ref)`` in the
-   real packed coordinates (:func:`hbtest.harmonics.pack`), ``V_ref`` the point's final
-   voltage. ``a, B`` are fitted by weighted least squares (each output row weighted by the
-   inverse variance of that coefficient at each evaluation; the real and imaginary parts of a
-   complex coefficient each take half its variance). Needs ``n_v + 1`` evaluations whose
-   centred voltages span all ``n_v`` packed voltage directions (condition number of the
-   normalised design below :data:`MAX_DESIGN_CONDITION`): method ``"affine_fit"``.
-3. The sweep's hybrid residual (its residual form; the numerical side rebuilt from the
-   store's verbatim sweep text) is solved for ``V*`` with the fitted model by Newton
-   iterations (one step for a linear numerical side), and the point's FRF is the model's
-   ``U_P(V*)``.
+2. Candidate models of the physical side at a fixed frequency, each then solved for ``V*``
+   where the sweep's hybrid residual vanishes (its residual form; the numerical side rebuilt
+   from the store's verbatim sweep text; Newton iterations, one step for a linear numerical
+   side); the point's FRF is the model's ``U_P(V*)``:
 
-Fallback (fewer evaluations, or a degenerate set), method ``"model_jacobian"``: the final
-evaluation re-reduced with the new calibration, moved to compatibility along the physical
-substructure's MODEL dynamic stiffness ``D_P`` from the rig file's ``[physical]`` section
-(``F_P = F_P,final + D_P dU``, ``dU = -(D_N + D_P)^-1 D_N R``, linear numerical side only); the
-model error enters only multiplied by the (small) correction. Without a PS model the point is
-left as re-reduced (method ``"state_only"``, residual reported).
+   - ``"affine_fit"``: ``Y(V) = a + B (V - V_ref)`` in the real packed coordinates
+     (:func:`hbtest.harmonics.pack`; ``V_ref`` the final voltage), exact for a linear rig and
+     first order for a nonlinear one, by weighted least squares (each output weighted by the
+     inverse variance of that coefficient at each evaluation; real and imaginary parts take
+     half a complex variance each). Needs ``n_v + 1`` evaluations whose centred voltages span
+     every packed direction (condition number of the column-normalised design below
+     :data:`MAX_DESIGN_CONDITION`).
+   - ``"complex_fit"``: per harmonic ``Y_k = a_k + B_k (V_k - V_ref,k)`` with complex
+     ``B_k`` (a linear time-invariant rig: harmonic k of the response comes from harmonic k
+     of the drive only). Needs only ``n_act + 1`` evaluations (the hbtest profile often makes
+     4 per point: start + 3 iterations).
+   - ``"model_jacobian"`` (a linear numerical side and a PS model, the rig file's
+     ``[physical]`` beam): an anchor — the complex fit's prediction at the final voltage
+     (every evaluation averaged) or else the final evaluation — moved to compatibility along
+     the MODEL dynamic stiffness ``D_P``: ``dU = -(D_N + D_P)^-1 D_N R``, ``F = F_a + D_P dU``.
+     The model's error enters multiplied by the step only; the stored force variance adds
+     ``(ps_model_uncertainty |D_P dU|)^2`` (:data:`PS_MODEL_UNCERTAINTY`). ``V*``: the voltage
+     that moves the complex fit's displacement map to the solution.
+
+   Of the candidates that apply, the one with the smallest stated relative force variance at
+   its solution is kept (the hybrid solution near resonance is most sensitive to the force).
+   Why the model candidate: when the old calibration was far off (on the miscalibrated twin
+   the nominal FRF misses by 50-150 %), the re-run converges at voltages 3-20x the spread of
+   the measured ones away, and a data-only fit extrapolated that far amplifies the force
+   noise (0.3-15 % FRF error measured) while the model's step from a well-averaged anchor
+   does not. Without either (too few evaluations, no PS model) the point keeps its final state
+   re-reduced (``"state_only"``, residual reported).
 
 What the new calibration cannot change here: the mains frequency the run's harmonic fits
 rejected (the channel coefficients were fitted with the run's assumption; only raw samples
@@ -44,8 +57,8 @@ of the measured voltages (the rms distance of the evaluations from their mean); 
 :data:`EXTRAPOLATION_WARNING` is flagged (the affine model is then used outside the region it
 was fitted in: exact for a linear rig, suspect for a nonlinear one).
 
-Uncertainty: the stored interface variances are the fitted model's prediction variances at
-``V*`` (from the weighted fit's parameter covariance), so :func:`hbtest.frf.frf_uncertainty`
+Uncertainty: the stored interface variances are the chosen model's prediction variances at
+``V*`` (from the weighted fit's parameter covariance; plus the model term above), so :func:`hbtest.frf.frf_uncertainty`
 propagates them as for a measured point.
 
 Units: V [V], interface displacement (u, theta) [m, rad], forces (T, M) [N, N m].
