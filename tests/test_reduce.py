@@ -215,3 +215,31 @@ def test_reduce_command_reports_methods_and_one_line_errors(noisy, tmp_path, cap
                  "--ps-model-uncertainty", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "re-run the sweep with this hbtest" in err[0] and "--ps-model-uncertainty" in err[1]
+
+
+def test_reduce_with_the_record_of_hbtest_calibrate_equals_the_rerun(tmp_path):
+    """The same with the record `hbtest calibrate` identifies on the twin (mains at 50 Hz):
+    reduce and re-run agree within three combined standard uncertainties of their noise and
+    the re-run's residual (the calibration part is common to both: left out), both within 1 %
+    of the exact reference."""
+    rig = tmp_path / "rig.toml"
+    text = MISCAL.read_text(encoding="utf-8")
+    rig.write_text(text.replace("frequency_hz = 50.2 ", "frequency_hz = 50.0 "), encoding="utf-8")
+    assert rig.read_text(encoding="utf-8") != text
+    cal = tmp_path / "cal.json"
+    assert main(["calibrate", str(rig), "--out", str(cal)]) == 0
+    from hbtest.calibration import load_calibration
+
+    rec = load_calibration(cal)
+    ov = [*POINTS, f"rig='{rig}'", "test.max_iterations=25"]
+    run(load_sweep(PAPER, ov), tmp_path / "nominal.zarr", plot=False, overrides=ov, seed=3)
+    points = reduce_store(tmp_path / "nominal.zarr", rec, tmp_path / "reduced.zarr", ps_model_uncertainty=0.0)
+    assert all(p.method != "state_only" for p in points)
+    ov2 = ov + [f"rig_set=['sensors.calibration=\"{cal}\"']"]
+    rerun = run(load_sweep(PAPER, ov2), tmp_path / "rerun.zarr", plot=False, overrides=ov2, seed=3).load()
+    red = open_run(tmp_path / "reduced.zarr").load()
+    assert float(np.abs(frf.relative_error(red)).max()) < 0.01
+    assert float(np.abs(frf.relative_error(rerun)).max()) < 0.01
+    ur, uc = frf.frf_uncertainty(red), frf.frf_uncertainty(rerun)
+    sigma = np.sqrt(ur.u_H_noise.values ** 2 + uc.u_H_noise.values ** 2 + np.abs(uc.residual_error.values) ** 2)
+    assert np.all(np.abs(ur.H.values - uc.H.values) <= 3 * sigma)
