@@ -182,6 +182,19 @@ def test_reduced_store_records_both_calibrations_and_each_points_method(noisy):
     # the histories (raw, calibration-free) are carried over: the reduced store reduces again
     st = RunStore.open(noisy["tmp"] / "reduced.zarr")
     assert st.evaluation_channels == ("l1", "l2", "g1", "g2")
+    src = RunStore.open(noisy["tmp"] / "nominal.zarr")
+    for i in range(5):
+        a, b = src.read_point(i), st.read_point(i)
+        n = a.history_voltage.shape[0]
+        assert a.history_channel_coefficients.shape == (n, 4, 1) and np.all(np.isfinite(a.history_channel_coefficients))
+        assert np.array_equal(a.history_channel_coefficients, b.history_channel_coefficients)
+        assert np.array_equal(a.history_channel_variance, b.history_channel_variance)
+        assert np.all(a.history_channel_variance > 0)
+        # the final row reduced with the run's own layout is exactly what the run stored
+        U, F, vU, vF = reduce_evaluations(a.history_channel_coefficients[-1:], a.history_channel_variance[-1:], src.evaluation_channels,
+                                          load_rig(MISCAL).sensors, a.frequency_hz, [1], "segment")
+        assert U[0] == pytest.approx(a.interface_displacement, rel=1e-12) and F[0] == pytest.approx(a.interface_force, rel=1e-12)
+        assert vU[0] == pytest.approx(a.displacement_variance, rel=1e-12) and vF[0] == pytest.approx(a.force_variance, rel=1e-12)
 
 
 def test_reducing_a_store_with_its_own_calibration_reproduces_it(noisy, tmp_path):
