@@ -6,6 +6,14 @@ anti-resonances of the hybrid interface response — exciting near one makes sma
 motion need large forces (ill-conditioning, rig danger); a node of the target mode at the
 interface makes the mode uncontrollable from the interface.
 
+Harmonics checked (:func:`harmonic_findings`): k f for the sweep's forcing harmonics and
+:data:`CHECKED_HARMONICS` (2, 3 — where amplifier or structural distortion lands), over the
+whole band, against the clamped-interface modes (within :data:`CLAMPED_MODE_MARGIN`) and the
+mains multiples of the rig file (within :data:`MAINS_SLOW_MARGIN`); each finding names the
+sweep frequencies concerned. The report also carries the per-point mains decisions
+(:mod:`hbtest.design.mains`) and the channel-level / demand prediction
+(:mod:`hbtest.design.levels`). Lengths in mm, frequencies in Hz.
+
 The target mode (``test.target_mode``, counted from 1 in ascending frequency) must be a mode
 the rig can test: one of the FE model's modes *and* below the rig's usable frequency limit
 (sample rate / :data:`hbtest.harmonics.NYQUIST_MARGIN`, the bound a sweep is held to). Otherwise
@@ -20,16 +28,23 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from . import harmonics
-from .config import BeamSpec, SweepConfig
-from .errors import ConfigError
-from .substructure import Substructure, join_beams, mode_nodes
+from ..config import BeamSpec, SweepConfig
+from ..errors import ConfigError
+from ..substructure import Substructure, join_beams, mode_nodes
 
-__all__ = ["DesignReport", "design_report", "physical_beam_for_design", "split_substructures"]
+__all__ = [
+    "DesignReport", "DesignFinding", "design_report", "physical_beam_for_design", "split_substructures",
+    "CLAMPED_MODE_MARGIN", "NODE_AMPLITUDE_FRACTION", "CHECKED_HARMONICS", "MAINS_SLOW_MARGIN",
+]
 
 # a sweep frequency (or one of its harmonics) within this relative distance of a clamped-
 # interface mode triggers a warning
 CLAMPED_MODE_MARGIN = 0.10
+#: harmonics of the band checked besides the sweep's own forcing harmonics (distortion of the
+#: amplifiers and of a nonlinear structure lands there)
+CHECKED_HARMONICS = (2, 3)
+#: a harmonic within this relative distance of a mains multiple averages out slowly
+MAINS_SLOW_MARGIN = 0.02
 # the interface is "near a node" when the target mode's interface displacement is below this
 # fraction of the mode's largest displacement
 NODE_AMPLITUDE_FRACTION = 0.10
@@ -53,9 +68,29 @@ class DesignReport:
     harmonics: tuple
     ps_source: str
     warnings: list = field(default_factory=list)
+    #: the warnings as data (:class:`DesignFinding` dicts), with the frequency range concerned
+    findings: list = field(default_factory=list)
+    #: channel levels and demand predicted across the band (:meth:`LevelPrediction.to_dict`)
+    levels: dict | None = None
+    #: the per-point mains decisions the sweep will apply (:meth:`MainsPlan.to_dict`)
+    mains: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class DesignFinding:
+    """One warning of the design check. ``kind``: clamped_mode | mains_slow | mains_coincidence
+    | target_outside | node | clip | trip | voltage | close; ``harmonic``: the order k concerned
+    (0 when none); ``range_hz``: the sweep frequencies concerned, [lo, hi] (fundamental, Hz);
+    ``at_hz``: the frequency of the mode or mains multiple met (Hz, 0 when none)."""
+
+    kind: str
+    text: str
+    range_hz: tuple
+    harmonic: int = 0
+    at_hz: float = 0.0
 
 
 def physical_beam_for_design(cfg: SweepConfig) -> tuple[BeamSpec, str]:
@@ -63,7 +98,7 @@ def physical_beam_for_design(cfg: SweepConfig) -> tuple[BeamSpec, str]:
     file's ``[physical]`` beam."""
     if cfg.design_ps is not None:
         return cfg.design_ps, f"{cfg.source.path} [design.physical]"
-    from .config import load_rig
+    from ..config import load_rig
 
     rig = load_rig(cfg.rig_path, cfg.rig_overrides)
     return rig.physical, f"{rig.source.path} [physical]"
@@ -83,8 +118,8 @@ def split_substructures(cfg: SweepConfig) -> tuple[Substructure, Substructure, s
 def _check_target_mode(cfg: SweepConfig, tm: int, freqs_hz) -> None:
     """ConfigError (naming ``test.target_mode``) for a mode the emulated structure does not
     have, or has only above the frequencies the rig can excite."""
-    from .config import load_rig
-    from .harmonics import NYQUIST_MARGIN
+    from ..config import load_rig
+    from ..harmonics import NYQUIST_MARGIN
 
     n_all = int(np.size(freqs_hz))
     if tm > n_all:
@@ -101,7 +136,14 @@ def _check_target_mode(cfg: SweepConfig, tm: int, freqs_hz) -> None:
         )
 
 
-def design_report(cfg: SweepConfig, n_modes: int = 6) -> DesignReport:
+def design_report(cfg: SweepConfig, n_modes: int = 6, with_levels: bool = True) -> DesignReport:
+    """The design report of a sweep file (see the module docstring); ``with_levels=False``
+    skips the channel-level prediction (:func:`hbtest.design.levels.predict_levels`)."""
+    from ..config import load_rig
+    from .levels import predict_levels
+    from .mains import plan_mains
+
+    rig = load_rig(cfg.rig_path, cfg.rig_overrides)
     ns, ps, ps_source = split_substructures(cfg)
     ln = cfg.numerical.beam.length
     hybrid = join_beams(ns, ps)
@@ -127,21 +169,16 @@ def design_report(cfg: SweepConfig, n_modes: int = 6) -> DesignReport:
             + (f" (node at {near:.1f} mm)" if near is not None else "")
             + f": interface amplitude {rel_amp:.1%} of the mode's maximum — the mode is barely controllable"
         )
-    for side, cim in (("numerical", ns_cim), ("physical", ps_cim)):
-        for fc in cim:
-            for k in cfg.sweep.harmonics:
-                if k == 0:
-                    continue
-                band_lo, band_hi = k * lo, k * hi
-                dist = 0.0 if band_lo <= fc <= band_hi else min(abs(fc - band_lo), abs(fc - band_hi))
-                if dist <= CLAMPED_MODE_MARGIN * fc:
-                    where = "inside" if dist == 0 else f"within {dist / fc:.0%} of"
-                    warnings.append(
-                        f"clamped-interface mode of the {side} substructure at {fc:.2f} Hz is {where} harmonic {k} of the sweep"
-                        f" ({band_lo:g}-{band_hi:g} Hz): large interface forces for small motion"
-                    )
-    for k, m in sorted({hit for f in (lo, hi) for hit in harmonics.mains_proximity(f, cfg.sweep.harmonics)}):
-        warnings.append(f"harmonic {k} of the sweep comes within 2% of mains multiple {m} x 50 Hz: averaging converges slowly there")
+    findings = [DesignFinding("target_outside" if "outside" in w else "node", w, (lo, hi)) for w in warnings]
+    findings += harmonic_findings(ns_cim, ps_cim, cfg.sweep.harmonics, lo, hi, rig.sensors)
+    plan = plan_mains(cfg, rig.sensors)
+    for d in plan.decisions:
+        findings.append(DesignFinding("mains_coincidence", f"point {d.index + 1}: {d.note}", (d.requested_hz, d.requested_hz), d.pairs[0][0],
+                                      d.pairs[0][1] * rig.sensors.mains_hz))
+    levels = predict_levels(cfg, rig) if with_levels else None
+    if levels is not None:
+        findings += [DesignFinding(f.kind, f.text, (f.ranges_hz[0][0], f.ranges_hz[-1][1])) for f in levels.findings]
+    warnings = [f.text for f in findings]
     return DesignReport(
         hybrid_modes_hz=modes.frequencies_hz[:n].tolist(),
         hybrid_damping_ratios=modes.damping_ratios[:n].tolist(),
@@ -157,4 +194,48 @@ def design_report(cfg: SweepConfig, n_modes: int = 6) -> DesignReport:
         harmonics=cfg.sweep.harmonics,
         ps_source=ps_source,
         warnings=warnings,
+        findings=[asdict(f) for f in findings],
+        levels=None if levels is None else levels.to_dict(),
+        mains=plan.to_dict(),
     )
+
+
+def _range_near(center: float, rel: float, k: int, lo: float, hi: float):
+    """Fundamentals f in [lo, hi] with ``|k f - center| <= rel * center``, or None."""
+    a, b = max(lo, center * (1 - rel) / k), min(hi, center * (1 + rel) / k)
+    return (a, b) if a <= b else None
+
+
+def harmonic_findings(ns_cim, ps_cim, sweep_harmonics, lo: float, hi: float, layout) -> list:
+    """Harmonics k of the band (the sweep's forcing harmonics and :data:`CHECKED_HARMONICS`)
+    against the clamped-interface modes (within :data:`CLAMPED_MODE_MARGIN`) and the mains
+    multiples (within :data:`MAINS_SLOW_MARGIN`), one :class:`DesignFinding` per (k, mode or
+    multiple) with the band's fundamentals concerned."""
+    from .mains import mains_multiples
+
+    solved = {int(k) for k in sweep_harmonics if k > 0}
+    out = []
+    for k in sorted(solved | set(CHECKED_HARMONICS)):
+        role = "forcing harmonic" if k in solved else "distortion harmonic (not balanced)"
+        for side, cim in (("numerical", ns_cim), ("physical", ps_cim)):
+            for fc in cim:
+                r = _range_near(float(fc), CLAMPED_MODE_MARGIN, k, lo, hi)
+                if r is None:
+                    continue
+                inside = k * lo <= fc <= k * hi
+                where = "inside" if inside else f"within {CLAMPED_MODE_MARGIN:.0%} of"
+                out.append(DesignFinding(
+                    "clamped_mode",
+                    f"clamped-interface mode of the {side} substructure at {fc:.2f} Hz is {where} {role} {k} of the sweep"
+                    f" ({k * lo:g}-{k * hi:g} Hz), for sweep frequencies {r[0]:.4g}-{r[1]:.4g} Hz: large interface forces for small motion",
+                    r, k, float(fc)))
+        for m, fm in enumerate(mains_multiples(layout), 1):
+            r = _range_near(float(fm), MAINS_SLOW_MARGIN, k, lo, hi)
+            if r is None:
+                continue
+            out.append(DesignFinding(
+                "mains_slow",
+                f"{role} {k} of the sweep comes within {MAINS_SLOW_MARGIN:.0%} of mains multiple {m} ({fm:g} Hz)"
+                f" for sweep frequencies {r[0]:.4g}-{r[1]:.4g} Hz: averaging converges slowly there",
+                r, k, float(fm)))
+    return out
