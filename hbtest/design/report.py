@@ -28,9 +28,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ..config import BeamSpec, SweepConfig
+from ..config import SweepConfig
 from ..errors import ConfigError
-from ..substructure import Substructure, join_beams, mode_nodes
+from ..substructure import join_beams, mode_nodes
+from .model import physical_beam_for_design, split_substructures
 
 __all__ = [
     "DesignReport", "DesignFinding", "design_report", "physical_beam_for_design", "split_substructures",
@@ -91,28 +92,6 @@ class DesignFinding:
     range_hz: tuple
     harmonic: int = 0
     at_hz: float = 0.0
-
-
-def physical_beam_for_design(cfg: SweepConfig) -> tuple[BeamSpec, str]:
-    """The PS beam used for design: the sweep's ``[design.physical]`` if given, else the rig
-    file's ``[physical]`` beam."""
-    if cfg.design_ps is not None:
-        return cfg.design_ps, f"{cfg.source.path} [design.physical]"
-    from ..config import load_rig
-
-    rig = load_rig(cfg.rig_path, cfg.rig_overrides)
-    return rig.physical, f"{rig.source.path} [physical]"
-
-
-def split_substructures(cfg: SweepConfig) -> tuple[Substructure, Substructure, str]:
-    """The one way a sweep file's split structure is built: (NS, PS, where the PS came from).
-    NS = the root beam of ``[numerical]`` clamped at its root, interface at its free end;
-    PS = the tip beam of :func:`physical_beam_for_design`, free at both ends, placed after the
-    NS (``x_offset``), interface (u0, theta0)."""
-    ps_beam, source = physical_beam_for_design(cfg)
-    ns = cfg.numerical.substructure()
-    pb = ps_beam.build(left="free", right="free", x_offset=cfg.numerical.beam.length)
-    return ns, Substructure(pb, ("u0", "theta0")), source
 
 
 def _check_target_mode(cfg: SweepConfig, tm: int, freqs_hz) -> None:
