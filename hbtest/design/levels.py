@@ -236,7 +236,7 @@ def predict_levels(cfg, rig_cfg, frequencies_hz=None) -> LevelPrediction:
         verb = {"clip": "clips (over range: the point stops)", "trip": "trips the rig's channel limit"}[action]
         for kind, mask, pk, transient, how in (
             (action, over, peak, False, f"{verb} at steady state"),
-            (action, tover, tpeak, True, f"{verb} on the way from the previous point's demand (transient bound)"),
+            (action, tover, tpeak, True, f"may {'clip' if action == 'clip' else 'trip'} on the way from the previous point's demand (worst-case transient bound)"),
             ("close", close, peak, False, f"comes within {1 - LEVEL_MARGIN:.0%} of its window at steady state"),
         ):
             if not mask.any():
