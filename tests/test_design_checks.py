@@ -184,12 +184,15 @@ def test_a_moved_point_clears_every_mains_pair(f, orders, n_avg, near, m):
 
 def test_explain_stop_names_the_mains_and_a_diverging_iteration():
     layout = load_rig(load_sweep(PAPER).rig_path).sensors
-    msg = explain_stop("sensor over range (clipped): g1", "overrange", 50.0, [1], layout, 30, [4e-3, 5e-3, 8e-3])
+    # the last window clipped: its residual (9 mm) is not evidence; 4 -> 8 mm over 3 is
+    msg = explain_stop("sensor over range (clipped): g1", "overrange", 50.0, [1], layout, 30, [4e-3, 5e-3, 8e-3, 9e-3])
     assert msg.startswith("harmonic 1 (50 Hz) is on mains multiple 1 (50 Hz)")
     assert "diverged (|R| from 4 to 8 mm over 3 evaluations)" in msg and msg.endswith("sensor over range (clipped): g1")
     assert explain_stop("converged", "converged", 50.0, [1], layout, 30, [1, 2]) == "converged"
     # far from mains and a residual that fell: the message stands
     assert explain_stop("iteration limit (100) reached", "iteration_limit", 18.0, [1], layout, 30, [2e-3, 1e-3]) == "iteration limit (100) reached"
+    # a single clipped step after a good start is a clip, not a divergence
+    assert explain_stop("sensor over range (clipped): g1, g2", "overrange", 18.5, [1], layout, 30, [1e-3, 2e-3]) == "sensor over range (clipped): g1, g2"
 
 
 def test_mains_sweep_on_the_twin_moves_the_point_and_every_point_converges_in_bounded_time(tmp_path):
@@ -240,3 +243,24 @@ def test_cli_design_prints_levels_and_refuses_a_bad_mains_choice(capsys):
     assert main(["design", PAPER, "--set", "sweep.mains_coincidence=shift"]) == 2
     err = capsys.readouterr().err
     assert "mains_coincidence" in err and len(err.strip().splitlines()) == 1
+
+
+def test_limits_of_hardware_rig_kinds_come_from_their_files():
+    """Box: the [box.channel_limits] windows (a trip) and per-actuator voltage limits; SCPI:
+    the digitiser's full scale (8 divisions about offset_v) and the generator's per-actuator
+    limits. Neither has a plant model here: no demand prediction, said in a note."""
+    cfg = load_sweep(PAPER)
+    box = load_rig(ROOT / "instruments" / "box-loopback.toml")
+    lv = predict_levels(cfg, box)
+    w = {c.name: c.window_v for c in lv.channels}
+    assert w["l1"] == pytest.approx((-4.5e-3 / 5e-4, 4.5e-3 / 5e-4))  # 4.5 mm at 0.5 mm/V
+    assert w["g2"] == pytest.approx((-190e-6 / 2e-5, 190e-6 / 2e-5))  # 190 microstrain at 20 microstrain/V
+    assert {c.action for c in lv.channels} == {"trip"} and lv.voltage_peak_v is None
+    assert any("no plant model" in n for n in lv.notes)
+    scpi = load_rig(ROOT / "instruments" / "lab-33500b-scope.toml")
+    lv = predict_levels(cfg, scpi)
+    assert {c.name: c.window_v for c in lv.channels}["g1"] == (-12.0, 12.0)
+    assert lv.voltage_limits_v == [5.0, 4.0]
+    # the laser and gauge levels are those of the same design model whatever the rig kind
+    virtual = predict_levels(cfg, load_rig(cfg.rig_path))
+    assert lv.channels[0].peak_v == pytest.approx(virtual.channels[0].peak_v)

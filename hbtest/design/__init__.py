@@ -12,6 +12,8 @@ lengths in mm in the report (SI inside the modules); see each module's docstring
 
 from .levels import LEVEL_MARGIN, ChannelLevel, LevelFinding, LevelPrediction, frequency_ranges, predict_levels
 from .mains import (
+    DIVERGENCE_GROWTH,
+    DIVERGENCE_MIN_EVALUATIONS,
     MAINS_CLEAR_BINS,
     MAINS_MULTIPLES_CHECKED,
     MAINS_RESOLUTION_WINDOWS,
@@ -40,6 +42,7 @@ __all__ = [
     "ChannelLevel", "LevelFinding", "LevelPrediction", "predict_levels", "frequency_ranges", "LEVEL_MARGIN",
     "MainsDecision", "MainsPlan", "plan_mains", "coincidences", "resolution_hz", "explain_stop",
     "MAINS_RESOLUTION_WINDOWS", "MAINS_CLEAR_BINS", "MAINS_MULTIPLES_CHECKED", "preflight",
+    "DIVERGENCE_GROWTH", "DIVERGENCE_MIN_EVALUATIONS",
 ]
 
 

@@ -37,6 +37,8 @@ __all__ = [
     "MAINS_RESOLUTION_WINDOWS",
     "MAINS_CLEAR_BINS",
     "MAINS_MULTIPLES_CHECKED",
+    "DIVERGENCE_GROWTH",
+    "DIVERGENCE_MIN_EVALUATIONS",
     "MainsDecision",
     "MainsPlan",
     "mains_multiples",
@@ -52,6 +54,10 @@ MAINS_RESOLUTION_WINDOWS = 4
 MAINS_CLEAR_BINS = 1.0
 #: mains multiples checked at least (a lab's mains carries harmonics beyond those the fit rejects)
 MAINS_MULTIPLES_CHECKED = 6
+#: a failed point "diverged" when its residual grew by this factor from the first evaluation
+#: to the last meaningful one, over at least DIVERGENCE_MIN_EVALUATIONS evaluations
+DIVERGENCE_GROWTH = 1.5
+DIVERGENCE_MIN_EVALUATIONS = 3
 
 
 @dataclass(frozen=True)
@@ -194,7 +200,9 @@ def explain_stop(message: str, reason: str, frequency_hz: float, orders, layout,
         what = ", ".join(f"harmonic {k} ({k * frequency_hz:.4g} Hz) is on mains multiple {m} ({m * layout.mains_hz:g} Hz)" for k, m in pairs)
         causes.append(f"{what}: the mains on the sensors cannot be told from the response, and the iteration chased it")
     norms = np.asarray([x for x in history_norms if np.isfinite(x)], dtype=float)
-    if norms.size >= 2 and norms[-1] > norms[0] and reason in ("overrange", "voltage_limit", "trip", "iteration_limit"):
+    if reason in ("overrange", "trip"):
+        norms = norms[:-1]  # the last window was clipped or cut short: its residual means nothing
+    if norms.size >= DIVERGENCE_MIN_EVALUATIONS and norms[-1] > DIVERGENCE_GROWTH * norms[0]:
         causes.append(f"the iteration diverged (|R| from {norms[0] * 1e3:.3g} to {norms[-1] * 1e3:.3g} mm over {norms.size} evaluations)")
     if not causes:
         return message
