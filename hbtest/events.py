@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 __all__ = [
     "Event", "RunStarted", "LockTakenOver", "PointFinished", "StopRequested", "RunFinished", "PlotWritten", "Notice",
+    "PointMoved",
 ]
 
 
@@ -85,3 +86,15 @@ class Notice(Event):
     """Anything else worth a line (e.g. a design warning before a run)."""
 
     text: str
+
+
+@dataclass(frozen=True)
+class PointMoved(Event):
+    """The sweep runs a point at another frequency than asked (a forcing harmonic on a mains
+    multiple, :mod:`hbtest.design.mains`); the store keeps both (``frequency_requested``,
+    ``point_note``)."""
+
+    index: int  # slot in the store
+    requested_hz: float
+    applied_hz: float
+    note: str

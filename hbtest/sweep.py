@@ -39,7 +39,7 @@ from . import harmonics
 from .harmonics import NYQUIST_MARGIN
 from .config import SweepConfig, load_rig, load_sweep
 from .errors import InstrumentError, LimitExceeded, RigFault, StoreWriteError, Terminated, UserError
-from .events import LockTakenOver, PlotWritten, PointFinished, RunFinished, RunStarted, StopRequested
+from .events import LockTakenOver, Notice, PlotWritten, PointFinished, PointMoved, RunFinished, RunStarted, StopRequested
 from .point import Carry, PointLoop, PointOutcome, PointSettings
 from .rig import open_rig
 from .store import PointRecord, RunStore, StoreLock
@@ -138,7 +138,8 @@ def check_run(cfg: SweepConfig, rig_cfg) -> None:
         )
 
 
-def point_record(out: PointOutcome, orders, n_act: int, external_amplitude: float, reference=None, n_ch: int | None = None) -> PointRecord:
+def point_record(out: PointOutcome, orders, n_act: int, external_amplitude: float, reference=None, *,
+                 n_ch: int | None = None, requested_hz=None, note: str = "") -> PointRecord:
     """Everything measured at a point, in the store's shapes (NaN where a point ended before
     any measurement, e.g. a trip on its first demand). ``n_ch``: channels of the rig layout
     (the per-evaluation raw channel coefficients are recorded; None: not recorded)."""
@@ -182,6 +183,8 @@ def point_record(out: PointOutcome, orders, n_act: int, external_amplitude: floa
         # raw channel coefficients of every evaluation (hbtest reduce re-solves with them)
         history_channel_coefficients=hc[0],
         history_channel_variance=hc[1],
+        frequency_requested=requested_hz,
+        point_note=note,
     )
 
 
@@ -242,7 +245,8 @@ def _close(rig) -> str:
 def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
     """Run the unfinished points of ``store`` on the open ``rig``. Returns the final status;
     raises RigFault / StoreWriteError / KeyboardInterrupt after marking the store."""
-    freqs = cfg.sweep.frequencies_hz
+    freqs = store.frequencies_hz  # as applied (hbtest.design.mains may move a point off a mains multiple)
+    requested = cfg.sweep.frequencies_hz
     orders = np.asarray(cfg.sweep.harmonics)
     settings = PointSettings.from_config(cfg)
     ns = cfg.numerical.numerical_substructure()  # linear, or nonlinear elements by AFT harmonic balance
@@ -251,6 +255,10 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
     done = store.done()
     todo = [i for i in range(freqs.size) if not done[i]]
     desc = rig.describe()
+    from .design import explain_stop, plan_mains
+
+    plan = plan_mains(cfg, desc.sensors)
+    notes = [n if np.isclose(a, f, rtol=1e-12) else "" for n, a, f in zip(plan.notes, plan.applied_hz, freqs)]
     status, cause, reason = "failed", "", ""
     t_wall = time.monotonic()
     store.set_status("running", rig_reported_identity=desc.identity, stop_cause="", stop_message="")
@@ -263,13 +271,21 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
             # nonlinear numerical side
             reference = getattr(rig, "emulated_interface_response", None) if not cfg.numerical.nonlinear else None
             say(RunStarted(cfg.name, str(store.path), desc.identity, cfg.solver.profile, len(todo), freqs.size, store.attrs.get("seed")))
+            for i in todo:
+                if freqs[i] != requested[i]:
+                    say(PointMoved(i, float(requested[i]), float(freqs[i]), notes[i]))
+                elif notes[i]:
+                    say(Notice(f"warning: point {i + 1}: {notes[i]}"))
             status = "completed"
             for n, i in enumerate(todo, 1):
                 out = loop.run(float(freqs[i]), carry)
+                out.message = explain_stop(out.message, out.reason, float(freqs[i]), orders, desc.sensors, cfg.test.averaging_periods,
+                                           [h.norm for h in out.history])
                 ref = reference(ns.substructure, F, float(freqs[i]), orders) if reference is not None else None
                 try:
                     store.write_point(i, point_record(out, orders, loop.n_act, cfg.excitation.amplitude, ref,
-                                                          len(store.evaluation_channels) or None))
+                                                      n_ch=len(store.evaluation_channels) or None,
+                                                      requested_hz=float(requested[i]), note=notes[i]))
                 except OSError as e:
                     status, cause, reason = "interrupted", "store", f"cannot write point {i} ({freqs[i]:g} Hz) to {store.path}: {e.strerror or e}"
                     raise StoreWriteError(f"{store.path}: {reason.split(': ', 1)[-1]}; the run stopped, free the space and `hbtest resume {store.path}`") from None
@@ -341,6 +357,12 @@ def run(cfg: SweepConfig, store_path=None, progress=None, overwrite: bool = Fals
     file's); the seed in force is recorded in the store."""
     rig_cfg = load_rig(cfg.rig_path, cfg.rig_overrides)
     check_run(cfg, rig_cfg)
+    from .design import preflight
+
+    plan, design_lines = preflight(cfg, rig_cfg)  # before the rig runs: mains decisions, predicted clips
+    if progress:
+        for line in design_lines:
+            progress(Notice(line))
     path = Path(store_path) if store_path is not None else cfg.output.store
     if not str(store_path if store_path is not None else path).strip():
         raise UserError("--store: empty path; give a directory name such as runs/NAME.zarr")
@@ -352,7 +374,7 @@ def run(cfg: SweepConfig, store_path=None, progress=None, overwrite: bool = Fals
         try:
             store = RunStore.create(
                 path,
-                frequencies_hz=cfg.sweep.frequencies_hz,
+                frequencies_hz=plan.applied_hz,
                 harmonics=cfg.sweep.harmonics,
                 actuators=rig_cfg.actuators,
                 max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), cfg.sweep.harmonics) - 1,
@@ -410,8 +432,10 @@ def resume(store_path, progress=None, seed=None, plot: bool | None = None):
             rig_cfg = load_rig(a["rig_path"], a.get("rig_overrides", ()), text=a["rig_text"])
         except KeyError as e:
             raise UserError(f"{store_path}: not a store written by 'hbtest sweep' (missing attribute {e})") from None
+        from .design import plan_mains
+
         store.check_compatible(
-            frequencies_hz=cfg.sweep.frequencies_hz, harmonics=cfg.sweep.harmonics, actuators=rig_cfg.actuators,
+            frequencies_hz=plan_mains(cfg, rig_cfg.sensors).applied_hz if store.has_point_notes else cfg.sweep.frequencies_hz, harmonics=cfg.sweep.harmonics, actuators=rig_cfg.actuators,
             max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), cfg.sweep.harmonics) - 1,
         )
         stored_seed = a.get("seed")

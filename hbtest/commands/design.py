@@ -40,6 +40,9 @@ def run(args) -> int:
     print("    numerical: " + ", ".join(f"{f:.2f}" for f in rep.ns_clamped_interface_modes_hz))
     print("    physical:  " + ", ".join(f"{f:.2f}" for f in rep.ps_clamped_interface_modes_hz))
     print(f"  target mode {rep.target_mode} at {rep.target_mode_hz:.4f} Hz; interface amplitude {rep.interface_relative_amplitude:.1%} of the mode maximum")
+    _levels(rep.levels)
+    for d in (rep.mains or {}).get("decisions", []):
+        print(f"  mains: point {d['index'] + 1} ({d['requested_hz']:g} Hz): {d['action']} -> {d['applied_hz']:.6g} Hz")
     if rep.warnings:
         print("  warnings:")
         for w in rep.warnings:
@@ -47,3 +50,21 @@ def run(args) -> int:
     else:
         print("  no warnings")
     return 0
+
+
+def _levels(lv) -> None:
+    """The largest predicted peak per channel and actuator over the band, against its limit."""
+    if not lv:
+        return
+    f = lv["frequencies_hz"]
+    print("  predicted peaks over the band (raw V; steady state / on the way from the previous point):")
+    for c in lv["channels"]:
+        j = max(range(len(f)), key=lambda i: c["transient_peak_v"][i])
+        lim = f"{max(abs(x) for x in c['window_v']):.3g} V ({c['action']})" if c["window_v"] else "no limit given"
+        print(f"    {c['name']:<10} {max(c['peak_v']):>7.3g} / {c['transient_peak_v'][j]:>7.3g} at {f[j]:g} Hz  limit {lim}")
+    if lv["voltage_peak_v"] is not None:
+        for name, v, lim in zip(lv["actuators"], lv["voltage_peak_v"], lv["voltage_limits_v"]):
+            j = max(range(len(f)), key=lambda i: v[i])
+            print(f"    demand {name:<10} {v[j]:>7.3g} V at {f[j]:g} Hz  limit {lim:g} V")
+    for n in lv["notes"]:
+        print(f"    note: {n}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..events import Event, LockTakenOver, Notice, PlotWritten, PointFinished, RunFinished, RunStarted, StopRequested
+from ..events import Event, LockTakenOver, Notice, PlotWritten, PointFinished, PointMoved, RunFinished, RunStarted, StopRequested
 
 __all__ = ["render", "printer"]
 
@@ -43,6 +43,8 @@ def render(ev: Event) -> str | None:
         return head + f"; store {ev.store}"
     if isinstance(ev, Notice):
         return f"hbtest: {ev.text}"
+    if isinstance(ev, PointMoved):
+        return f"hbtest: warning: point {ev.index + 1} runs at {ev.applied_hz:.6g} Hz instead of {ev.requested_hz:g} Hz: {ev.note}"
     return None
 
 

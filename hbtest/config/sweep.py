@@ -109,6 +109,9 @@ class SweepSpec:
     harmonics: tuple[int, ...]
     on_trip: str = "stop"  # a trip of the rig's safety layer: stop the sweep, or go on
     on_overrange: str = "continue"  # a clipped sensor channel: go on to the next point, or stop
+    # a forcing harmonic on a mains multiple: move the point off it (recorded), or keep it
+    # where asked (hbtest.design.mains)
+    mains_coincidence: str = "move"
 
     @property
     def frequencies_hz(self) -> np.ndarray:
@@ -213,6 +216,7 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
         harmonics=tuple(sorted(harmonics)),
         on_trip=sw.string("on_trip", "stop", choices=("stop", "continue")),
         on_overrange=sw.string("on_overrange", "continue", choices=("continue", "stop")),
+        mains_coincidence=sw.string("mains_coincidence", "move", choices=("move", "keep")),
     )
     sw.finish()
 

@@ -126,6 +126,10 @@ class PointRecord:
     # ``channels`` (:meth:`RunStore.create`)
     history_channel_coefficients: np.ndarray | None = None
     history_channel_variance: np.ndarray | None = None
+    # the frequency the sweep file asked for when the point ran elsewhere (a forcing harmonic
+    # on a mains multiple: hbtest.design.mains), and why; None / "" = run where asked
+    frequency_requested: float | None = None
+    point_note: str = ""
 
 
 # ---------------------------------------------------------------------------------------
@@ -155,6 +159,9 @@ _SCHEMA: dict[str, tuple[tuple[str, ...], str, str, str]] = {
     "history_periods": (("iteration",), "f", "1", "forcing periods spent on each iteration"),
     "history_length": ((), "i", "1", "number of valid rows of the history variables (-1: slot not written)"),
     "done": ((), "b", "1", "the point is completely written (written last)"),
+    # optional (stores written before them lack them): a point moved off a mains coincidence
+    "frequency_requested": ((), "f", "Hz", "frequency the sweep file asked for (the coordinate holds the one applied)"),
+    "point_note": ((), "s", "", "what the sweep decided at this point before running it (e.g. moved off a mains multiple)"),
     # raw records (schema 3; only in a store created with raw_records): re-reduction input
     "raw_samples": (("channel", "sample"), "f", "V", "raw channel samples of the final acquisition window (valid: the first raw_length)"),
     "raw_time_start": ((), "f", "s", "demand time of the first raw sample"),
@@ -208,7 +215,7 @@ def _is_store(path: Path) -> bool:
 
 
 #: variables a store may lack: the reference exists for virtual rigs only; later schemas added some
-_OPTIONAL = {"reference_interface_displacement", *RAW_VARIABLES, *EVALUATION_VARIABLES}
+_OPTIONAL = {"reference_interface_displacement", "frequency_requested", "point_note", *RAW_VARIABLES, *EVALUATION_VARIABLES}
 _ADDED_IN_SCHEMA = {"stop_reason": 2, **{n: 3 for n in RAW_VARIABLES}}
 
 
@@ -310,6 +317,7 @@ class RunStore:
         self.actuators = tuple(str(a) for a in g["actuator"][...])
         self.max_iterations = int(g["iteration"].shape[0]) - 1
         self.has_reference = "reference_interface_displacement" in g.array_keys()
+        self.has_point_notes = "frequency_requested" in g.array_keys()  # optional, see _OPTIONAL
         self.schema_version = int(g.attrs.get("schema_version", 1))
         self.raw_channels = tuple(str(c) for c in g["channel"][...]) if "raw_samples" in g.array_keys() else ()
         self.raw_max_samples = int(g["raw_samples"].shape[-1]) if self.raw_channels else 0
@@ -585,6 +593,9 @@ class RunStore:
             "history_periods": hp,
             "history_length": np.int32(n1),
         }
+        if self.has_point_notes:
+            values["frequency_requested"] = np.float64(rec.frequency_hz if rec.frequency_requested is None else rec.frequency_requested)
+            values["point_note"] = np.array(str(rec.point_note or ""), dtype=object)
         if self.has_reference:
             ref = rec.reference_interface_displacement
             values["reference_interface_displacement"] = np.full((2, nh), _CNAN) if ref is None else arr(ref, (2, nh), "c", "reference_interface_displacement")
@@ -729,6 +740,8 @@ class RunStore:
             stop_reason=str(ds["stop_reason"].values) if "stop_reason" in ds else "",
             excluded_energy_fraction=None if np.all(np.isnan(ex)) else ex,
             **{name: (ds[name].values[:n] if name in ds and not np.all(np.isnan(ds[name].values[:n])) else None) for name in EVALUATION_VARIABLES},
+            frequency_requested=float(ds["frequency_requested"]) if self.has_point_notes else None,
+            point_note=str(ds["point_note"].values) if self.has_point_notes else "",
         )
 
 
