@@ -95,6 +95,7 @@ per-sample paths; noise table, mains, ADC), ``rig`` (VirtualRig: the Rig protoco
 from __future__ import annotations
 
 from ..registry import RigKind, register
+from .emulated import REFERENCE_MAX_ORDER, SweepReference, emulated_structure, joined_force_vector, sweep_reference
 from .reference import SteadyState
 from .rig import Demand, VirtualRig, open_virtual
 from .spec import (
@@ -106,6 +107,7 @@ from .spec import (
     VirtualSpec,
     parse_virtual,
     parse_virtual_kind,
+    NONLINEAR_SUBSTEPS,
 )
 
 __all__ = [
@@ -122,6 +124,12 @@ __all__ = [
     "parse_virtual_kind",
     "open_virtual",
     "KIND",
+    "REFERENCE_MAX_ORDER",
+    "SweepReference",
+    "emulated_structure",
+    "joined_force_vector",
+    "sweep_reference",
+    "NONLINEAR_SUBSTEPS",
 ]
 
 KIND = register(RigKind("virtual", ("virtual",), parse_virtual_kind, open_virtual))

@@ -246,6 +246,12 @@ class VirtualRig:
     # -- the truth (exact, noise-free; hbtest.rig.virtual.reference) ---------------------
 
     @property
+    def model(self):
+        """The twin's :class:`~hbtest.rig.virtual.model.Model` (read-only; for its exact
+        references)."""
+        return self._m
+
+    @property
     def beam(self) -> Beam:
         """The twin's PS beam (FE model, node 0 at the interface)."""
         return self._m.beam
