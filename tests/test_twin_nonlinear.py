@@ -159,7 +159,7 @@ def test_twin_with_a_gapless_double_stop_equals_the_exact_linear_spring():
     rig = _rig(_rig_text(two), noise=False)
     V = np.array([[1.5 + 0.3j], [0.9 - 0.2j]])
     f = 18.6
-    got, acq = _steady_coefficients(rig, f, V)
+    got, acq = _steady_coefficients(rig, f, V, settle=60, periods=4)
     m = rig.model
     M, C, K = m.MCK
     tip = m.beam.index(f"u{m.beam.x_nodes.size - 1}")
@@ -264,7 +264,7 @@ def test_harmonic_balance_reference_agrees_with_time_integration(sweep, f):
 
 def test_sweep_reference_choice_and_the_linear_limit():
     """Linear both sides: the closed form; a nonlinear side: the harmonic balance, which for a
-    stop never reached equals the closed form."""
+    stop never reached equals the closed form (to the Newton noise floor, 1e-8)."""
     cfg = load_sweep(PAPER_SWEEP)
     ns = cfg.numerical.numerical_substructure()
     F = cfg.excitation.force_vector(ns)
@@ -275,7 +275,7 @@ def test_sweep_reference_choice_and_the_linear_limit():
     assert isinstance(ref, SweepReference)
     for f in (16.0, 18.5):
         want = lin.emulated_interface_response(ns.substructure, F, f, [1, 2])
-        np.testing.assert_allclose(ref(ns.substructure, F, f, [1, 2]), want, rtol=1e-9, atol=1e-12 * abs(want).max())
+        np.testing.assert_allclose(ref(ns.substructure, F, f, [1, 2]), want, rtol=5e-8, atol=1e-12 * abs(want).max())
 
 
 # -- the contact-tip sweep on the twin -------------------------------------------------------
