@@ -244,14 +244,15 @@ def _modal_time_integration(ref: SweepReference, ns, F, f, periods=40, max_mode_
     "sweep, f",
     [
         pytest.param(CONTACT_SWEEP, 18.7, id="ps-contact-18.7Hz"),
-        pytest.param(CUBIC_SWEEP, 18.9, id="ns-cubic+ps-contact-18.9Hz", marks=pytest.mark.slow),
+        pytest.param(CUBIC_SWEEP, 18.9, id="ns-cubic+ps-contact-18.9Hz"),
         pytest.param(CONTACT_SWEEP, 18.3, id="ps-contact-18.3Hz", marks=pytest.mark.slow),
     ],
 )
 def test_harmonic_balance_reference_agrees_with_time_integration(sweep, f):
-    """The exact reference (harmonic balance, harmonics 0..12, full FE model) against time
+    """The exact reference (harmonic balance, harmonics 0..24, full FE model) against time
     integration of the same joined model (modes below 2 kHz): every harmonic 0..4 of the
-    interface displacement within 5e-4 of the fundamental (the modal truncation: ~1e-4)."""
+    interface displacement within 1e-4 of the fundamental (measured: <= 2e-5, the modal
+    truncation). Either side nonlinear: the PS stop alone, and with the NS cubic spring."""
     cfg = load_sweep(sweep)
     rig = VirtualRig(load_rig(CONTACT_RIG), noise=False)
     ns = cfg.numerical.numerical_substructure()
@@ -259,7 +260,7 @@ def test_harmonic_balance_reference_agrees_with_time_integration(sweep, f):
     ref = SweepReference(rig.model, ns)
     hb, ti = _modal_time_integration(ref, ns, F, f)
     assert abs(hb[2]) > 5e-3 * abs(hb[1]) and abs(hb[0]) > 5e-2 * abs(hb[1])  # the contact acts
-    assert np.abs(hb[:5] - ti[:5]).max() < 5e-4 * abs(hb[1])
+    assert np.abs(hb[:5] - ti[:5]).max() < 1e-4 * abs(hb[1])
 
 
 def test_sweep_reference_choice_and_the_linear_limit():
@@ -276,6 +277,23 @@ def test_sweep_reference_choice_and_the_linear_limit():
     for f in (16.0, 18.5):
         want = lin.emulated_interface_response(ns.substructure, F, f, [1, 2])
         np.testing.assert_allclose(ref(ns.substructure, F, f, [1, 2]), want, rtol=5e-8, atol=1e-12 * abs(want).max())
+
+
+def test_sweep_reference_follows_the_branch_of_a_stepped_sweep():
+    """Between the folds of the cubic-interface response (19.0586 / 19.5297 Hz, its header)
+    the reference continued from below stays on the upper branch, from above on the lower one
+    — the branches a stepped test follows; outside the folds both directions agree."""
+    cfg = load_sweep(CUBIC_SWEEP)
+    ns = cfg.numerical.numerical_substructure()
+    F = cfg.excitation.force_vector(ns)
+    rig = VirtualRig(load_rig(LINEAR_RIG), noise=False)
+    up, down = sweep_reference(rig, ns), sweep_reference(rig, ns)
+    f_up = np.arange(18.6, 19.31, 0.05)
+    a_up = [abs(up(ns.substructure, F, f, [1])[0, 0]) for f in f_up]
+    a_down = [abs(down(ns.substructure, F, f, [1])[0, 0]) for f in np.arange(20.0, 19.29, -0.05)]
+    assert a_up[-1] > 3 * a_down[-1]  # 19.3 Hz: upper vs lower branch
+    lo = sweep_reference(rig, ns)
+    assert abs(lo(ns.substructure, F, 18.6, [1])[0, 0]) == pytest.approx(a_up[0], rel=1e-9)
 
 
 # -- the contact-tip sweep on the twin -------------------------------------------------------
