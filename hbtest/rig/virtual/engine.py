@@ -401,6 +401,9 @@ class NonlinearState:
         f' = -sum_e w_e g_e(w_e . q, w_e . q')
         z_nl <- a_h z_nl + c0 b f' + c1 b (f' - f)   (first-order hold, extrapolated slope)
 
+    (the element forces' own feedthrough ``Dq f`` — the static correction of the truncated
+    modes, ~6e-5 of the beam's static compliance at its tip — uses the previous sub-step's force).
+
     Free flight: while every element force is exactly zero (a contact off its stop) the
     element part only decays, ``z_nl(k) = a_h^k z_nl(0)``; blocks of ``FREE_BLOCK`` sub-steps
     are then evaluated at once up to the first sub-step with a force (the same numbers as

@@ -5,9 +5,12 @@ counter-clockwise). Mechanical DOFs: the PS beam's (node 0 = the clamp's u, thet
 interface), then the two shaker armatures ``z1, z2`` (up). First-order form
 ``E x' = A x + B u`` with ``x = (q, q', i1, i2)`` (coil currents [A]); inputs ``u`` =
 (amplifier input 1 [V], amplifier input 2 [V], friction force on the slider [N], friction
-torque on the pin [N m]). Raw outputs (``C_raw`` rows): one per channel of the sensor layout in
-its order (a laser at lever position p: ``u + p theta`` [m]; a gauge at x = d: unfiltered
-strain ``-(h/2) w''(d)``), then u' [m/s], theta' [rad/s].
+torque on the pin [N m]), then with ``[[virtual.nonlinear]]`` elements one generalised force
+[N or N m] on each beam DOF an element acts on (:class:`NonlinearTerms`). Raw outputs
+(``C_raw`` rows): one per channel of the sensor layout in its order (a laser at lever
+position p: ``u + p theta`` [m]; a gauge at x = d: unfiltered strain ``-(h/2) w''(d)``), then
+u' [m/s], theta' [rad/s], then (elements) the displacements and the velocities of the element
+DOFs.
 
 The model is diagonalised (generalised eigenproblem, left and right vectors): modes with
 ``|lambda| < 2 pi modal_cutoff_hz`` kept, the rest a static correction matching the full
@@ -32,6 +35,10 @@ import scipy.signal
 from ...sensors import SensorLayout
 from ...structures import Beam, beam as make_beam
 from .spec import VirtualSpec
+
+#: |lambda h| below which the first-order-hold weight c1 is taken from its series (the closed
+#: form cancels: relative rounding ~ 1e-16 / |lambda h|^2)
+FOH_SERIES_BELOW = 1e-4
 
 __all__ = ["Model", "NonlinearTerms", "build_model", "assemble", "channel_filter", "filter_response", "zoh", "amplifier_input", "input_harmonics"]
 
@@ -350,7 +357,7 @@ def _nonlinear_terms(spec, elements, index, nl_dofs, cm, D, rep, fac_r, Bz, Dy, 
     a_h = np.exp(xh)
     c0 = phi(xh) / S  # phi carries dt: int_0^h e^{lambda (h - s)} ds
     # c1 = int_0^h e^{lambda (h - s)} s / h ds = h (e^y - 1 - y) / y^2, y = lambda h (series near 0)
-    small = np.abs(xh) < 1e-4
+    small = np.abs(xh) < FOH_SERIES_BELOW
     ys = np.where(small, 1.0, xh)
     c1 = np.where(small, 0.5 + xh / 6, (np.expm1(ys) - ys) / ys**2) * (dt / S)
     sE, sWp, sWn, late = [], [], [], []
