@@ -82,6 +82,18 @@ def test_rig_element_table_errors_name_the_key(table, key, words):
     assert err.value.key == key and words in str(err.value)
 
 
+def test_a_stop_too_stiff_for_its_substeps_is_a_config_error_naming_the_key():
+    """The explicit element force needs omega h < 0.1 of the contact: 1e5 N/m at the tip with
+    2 sub-steps at 5 kHz is refused (the message says how many sub-steps would do), and is
+    accepted with that many."""
+    text = _rig_text(ELEMENTS.replace("100.0", "1.0e5"))
+    with pytest.raises(ConfigError) as err:
+        VirtualRig(load_rig(LINEAR_RIG, text=text))
+    assert err.value.key == "virtual.nonlinear[0].stiffness_n_per_m" and "nonlinear_substeps" in str(err.value)
+    need = int(str(err.value).split("to about ")[1].split()[0])
+    VirtualRig(load_rig(LINEAR_RIG, text=_rig_text(ELEMENTS.replace("100.0", "1.0e5"), f"nonlinear_substeps = {need}\n")))
+
+
 def test_friction_together_with_elements_is_refused():
     text = _rig_text(ELEMENTS).replace("slider_coulomb_n = 0.0", "slider_coulomb_n = 0.1")
     with pytest.raises(ConfigError) as err:

@@ -39,8 +39,16 @@ from .spec import VirtualSpec
 #: |lambda h| below which the first-order-hold weight c1 is taken from its series (the closed
 #: form cancels: relative rounding ~ 1e-16 / |lambda h|^2)
 FOH_SERIES_BELOW = 1e-4
+#: explicit element forces: a contact's stiffness times the element's displacement after one
+#: sub-step of unit force from rest (~ (omega h)^2 / 2 of the contact frequency) must stay
+#: below this (omega h < 0.1: the extrapolated first-order hold is then stable and within
+#: ~1e-4), a friction element's slope F_c / v_s times its velocity after that sub-step
+#: (~ c h / m) below EXPLICIT_DAMPING_LIMIT
+EXPLICIT_STIFFNESS_LIMIT = 5e-3
+EXPLICIT_DAMPING_LIMIT = 0.5
+EXPLICIT_FEEDTHROUGH_LIMIT = 0.5
 
-__all__ = ["Model", "NonlinearTerms", "build_model", "assemble", "channel_filter", "filter_response", "zoh", "amplifier_input", "input_harmonics"]
+__all__ = ["Model", "NonlinearTerms", "EXPLICIT_STIFFNESS_LIMIT", "EXPLICIT_DAMPING_LIMIT", "EXPLICIT_FEEDTHROUGH_LIMIT", "build_model", "assemble", "channel_filter", "filter_response", "zoh", "amplifier_input", "input_harmonics"]
 
 
 
@@ -127,6 +135,31 @@ class NonlinearTerms:
     sub_Wp: np.ndarray
     sub_Wn: np.ndarray
     sub_late: np.ndarray
+
+    def explicit_numbers(self) -> list[tuple[int, str, str, float, float]]:
+        """The checks of the explicit element forces, one entry per (contact or friction
+        element, check): (element index, file key of its rate parameter, ``"substeps"`` or
+        ``"feedthrough"``, the number, its limit) — see :data:`EXPLICIT_STIFFNESS_LIMIT`; the
+        feedthrough ``k Dq`` (static correction of the truncated modes, explicit too) must stay
+        below :data:`EXPLICIT_FEEDTHROUGH_LIMIT`. Cubic springs (amplitude-dependent) are not
+        checked."""
+        n_f = self.dofs.size
+        out = []
+        for i, (e, idx) in enumerate(zip(self.elements, self.index)):
+            w = np.zeros(n_f)
+            w[idx] += e.weights
+            z1 = self.c0 * (self.Bz_nl @ w)  # one sub-step of unit element force from rest
+            r1 = abs(w @ np.real(self.Cq[:n_f] @ z1))
+            v1 = abs(w @ np.real(self.Cq[n_f:] @ z1))
+            dq = abs(w @ self.Dq[:n_f] @ w)
+            u = e.dofs[0].startswith("u")
+            if e.kind == "contact":
+                key = "stiffness_n_per_m" if u else "stiffness_nm_per_rad"
+                out.append((i, key, "substeps", e.stiffness * r1, EXPLICIT_STIFFNESS_LIMIT))
+                out.append((i, key, "feedthrough", e.stiffness * dq, EXPLICIT_FEEDTHROUGH_LIMIT))
+            elif e.kind == "friction":
+                out.append((i, "velocity_scale_m_per_s" if u else "velocity_scale_rad_per_s", "substeps", e.force_limit / e.velocity_scale * v1, EXPLICIT_DAMPING_LIMIT))
+        return out
 
 
 def channel_filter(ch) -> tuple | None:
