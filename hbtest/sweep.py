@@ -42,6 +42,7 @@ from .errors import InstrumentError, LimitExceeded, RigFault, StoreWriteError, T
 from .events import LockTakenOver, Notice, PlotWritten, PointFinished, PointMoved, RunFinished, RunStarted, StopRequested
 from .point import Carry, PointLoop, PointOutcome, PointSettings
 from .rig import open_rig
+from .rig.virtual.emulated import sweep_reference
 from .store import PointRecord, RunStore, StoreLock
 
 __all__ = ["run", "resume", "point_record", "exit_code", "check_run", "EXIT_CODES", "MAX_RECORD_BYTES", "MAX_POINTS"]
@@ -267,9 +268,9 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
         with _signals(policy):
             loop = PointLoop(rig, ns, F, settings)
             carry = _seed_carry(store, orders, todo[0]) if todo else Carry()
-            # the twin's exact reference is of the linear emulated structure: none for a
-            # nonlinear numerical side
-            reference = getattr(rig, "emulated_interface_response", None) if not cfg.numerical.nonlinear else None
+            # the twin's exact reference of the emulated structure (linear closed form, or
+            # harmonic balance of the joined nonlinear structure continued along the sweep)
+            reference = sweep_reference(rig, ns)
             say(RunStarted(cfg.name, str(store.path), desc.identity, cfg.solver.profile, len(todo), freqs.size, store.attrs.get("seed")))
             for i in todo:
                 if freqs[i] != requested[i]:

@@ -9,40 +9,12 @@ from pathlib import Path
 import numpy as np
 
 from ..schema import BeamSpec, Section, SourceFile, read_beam
+from ..numerical.table import CONTACT_SIDES, NONLINEAR_DOFS, NonlinearElementSpec, read_element_tables
 from .files import load_toml
 
 __all__ = ["NumericalSpec", "NonlinearElementSpec", "read_nonlinear", "ExcitationSpec", "SweepSpec", "TestSpec", "SolverSpec",
            "OutputSpec", "SweepConfig", "load_sweep", "NONLINEAR_DOFS", "CONTACT_SIDES"]
 
-
-
-@dataclass(frozen=True)
-class NonlinearElementSpec:
-    """One ``[[numerical.nonlinear]]`` entry (SI): an element of a registered kind
-    (:data:`hbtest.numerical.ELEMENT_KINDS`) at the node at ``position`` [m from the root],
-    acting on ``dof`` (``"u"`` or ``"theta"``), grounded or, with ``to_position``, between the
-    two nodes (relative coordinate ``q(position) - q(to_position)``); ``params``: the kind's
-    parameters in SI as (field, value) pairs (see :mod:`hbtest.numerical.elements` for the
-    force laws and their sign conventions)."""
-
-    kind: str
-    position: float
-    dof: str
-    to_position: float | None = None
-    params: tuple[tuple[str, float], ...] = ()
-
-    @property
-    def positions(self) -> tuple[float, ...]:
-        return (self.position,) if self.to_position is None else (self.position, self.to_position)
-
-    def dof_names(self, beam) -> tuple[str, ...]:
-        """The DOF names of the element on ``beam`` (a node must sit at each position)."""
-        return tuple(f"{self.dof}{beam.node_at(x)}" for x in self.positions)
-
-    def build(self, beam):
-        from ..numerical import create_element
-
-        return create_element(self.kind, self.dof_names(beam), **dict(self.params))
 
 
 @dataclass(frozen=True)
@@ -275,53 +247,13 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
     return SweepConfig(src, name, rig_path, tuple(rig_overrides), numerical, excitation, sweep, test, solver, output, design_ps)
 
 
-#: ``dof`` values of a nonlinear element and the DOF-name prefix each stands for
-NONLINEAR_DOFS = {"u": "u", "theta": "theta", "θ": "theta"}
-#: ``side`` values of a contact element and the sign of its stop
-CONTACT_SIDES = {"positive": 1.0, "negative": -1.0}
-
-
 def read_nonlinear(nm: Section, beam: BeamSpec, root: str) -> tuple[NonlinearElementSpec, ...]:
-    """``[[numerical.nonlinear]]``: ``kind`` (a registered element kind), ``position_mm``,
-    ``dof`` (``"u"`` or ``"theta"``), optional ``to_position_mm`` (between two nodes), and the
-    kind's parameters under their unit-named keys (``u`` / ``theta`` elements):
-    ``cubic_spring``: ``k3_n_per_m3`` / ``k3_nm_per_rad3``; ``friction``: ``force_n`` /
-    ``moment_nm`` and ``velocity_scale_m_per_s`` / ``velocity_scale_rad_per_s``; ``contact``:
-    ``gap_mm`` / ``gap_mrad``, ``stiffness_n_per_m`` / ``stiffness_nm_per_rad`` and ``side``
-    (``"positive"``: the stop at +gap, default; ``"negative"``: at -gap)."""
-    from ..numerical import ELEMENT_KINDS
+    """``[[numerical.nonlinear]]``: the element tables on the numerical beam (keys:
+    :func:`hbtest.numerical.table.read_element_tables`, the one parser of this table shape)."""
     from ..structures import BOUNDARY_CONDITIONS
 
-    out = []
-    length = beam.length
-    for sec in nm.subs("nonlinear"):
-        kind = sec.string("kind", choices=tuple(ELEMENT_KINDS))
-        dof = NONLINEAR_DOFS[sec.string("dof", choices=tuple(NONLINEAR_DOFS))]
-        positions = []
-        for key in ("position_mm", "to_position_mm"):
-            x = sec.number(key, None, required=key == "position_mm", scale=1e-3, nonnegative=True)
-            if x is None:
-                continue
-            if x > length * (1 + 1e-12):
-                raise sec.error(key, f"{x * 1e3:g} mm lies outside the numerical beam (0..{length * 1e3:g} mm)")
-            if x <= length * 1e-12 and (0 if dof == "u" else 1) in BOUNDARY_CONDITIONS[root]:
-                raise sec.error(key, f"the {root} root fixes {dof} at 0 mm: an element there would never move")
-            positions.append(min(x, length))
-        if len(positions) == 2 and abs(positions[0] - positions[1]) <= 1e-9 * length:
-            raise sec.error("to_position_mm", "must differ from position_mm (a grounded element has no to_position_mm)")
-        cls = ELEMENT_KINDS[kind]
-        params = []
-        for prm in cls.params:
-            key, other = (prm.key_u, prm.key_theta) if dof == "u" else (prm.key_theta, prm.key_u)
-            if other != key and sec.has(other):
-                raise sec.error(other, f"is for a {'theta' if dof == 'u' else 'u'} element; this {kind} acts on {dof}: use {key}")
-            opts = dict(positive=prm.sign == "positive", nonnegative=prm.sign == "nonnegative")
-            params.append((prm.field, sec.number(key, prm.default, required=prm.default is None, scale=prm.scale, **opts)))
-        if kind == "contact":
-            params.append(("side", CONTACT_SIDES[sec.string("side", "positive", choices=tuple(CONTACT_SIDES))]))
-        sec.finish()
-        out.append(NonlinearElementSpec(kind, positions[0], dof, positions[1] if len(positions) == 2 else None, tuple(params)))
-    return tuple(out)
+    fixed = frozenset(("u", "theta")[i] for i in BOUNDARY_CONDITIONS[root])
+    return read_element_tables(nm.subs("nonlinear"), beam.length, root, fixed, "numerical beam")
 
 
 def _profile_names():

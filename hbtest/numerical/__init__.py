@@ -25,6 +25,7 @@ from .elements import (
 )
 from .continuation import ContinuationSettings, ResponseCurve, trace_response
 from .linear import LinearSubstructure, external_interface_force
+from .table import CONTACT_SIDES, NONLINEAR_DOFS, NonlinearElementSpec, read_element_tables
 from .nonlinear import (
     LINE_SEARCH_HALVINGS,
     NEWTON_MAX_ITERATIONS,
@@ -41,5 +42,6 @@ __all__ = [
     "trace_response", "ResponseCurve", "ContinuationSettings",
     "NonlinearSubstructure", "HarmonicBalanceSolution", "NEWTON_TOLERANCE", "NEWTON_NOISE_FLOOR", "NEWTON_STAGNATION", "NEWTON_MAX_ITERATIONS", "LINE_SEARCH_HALVINGS",
     "Element", "Param", "CubicSpring", "Friction", "Contact", "ELEMENT_KINDS", "register_element", "create_element",
+    "NonlinearElementSpec", "read_element_tables", "NONLINEAR_DOFS", "CONTACT_SIDES",
     "AFTGrid", "aft_grid", "harmonic_force", "packed_force", "MIN_TIME_SAMPLES", "TIME_SAMPLES_PER_ORDER",
 ]

@@ -19,6 +19,16 @@ Physics (SI units; x along the beam from the pin axis, ``u`` up, ``theta`` count
   active the simulation takes a slower per-sample path (explicit friction force held over one
   sample; about 10-20x real time instead of > 1000x) and :meth:`VirtualRig.steady_state` is
   the linear (friction-free) response, flagged ``exact=False``.
+- **Nonlinear elements** (optional, ``[[virtual.nonlinear]]``: the element tables of a sweep
+  file's ``[[numerical.nonlinear]]``, one parser, :mod:`hbtest.numerical.table`): cubic springs,
+  regularised friction, contact stops at nodes of the PS beam (x from the clamp), grounded or
+  between two nodes. Simulated in the time domain: the modal state is split into the actuation
+  part (exact recurrence) and the element part driven by the element forces, stepped
+  explicitly ``nonlinear_substeps`` times per sample with first-order hold of the force
+  (second order; free flight of a contact off its stop in closed form) — :mod:`.engine`.
+  Not together with friction or channel skew (a ConfigError). :meth:`VirtualRig.steady_state`
+  is then the linear part's response (``exact=False``); the exact reference of the joined
+  nonlinear structure is :mod:`.emulated` (harmonic balance).
 - **Shakers** (one table per actuator, in the order of ``[rig].actuators``): voltage amplifier
   (gain g, optional static polynomial ``v_amp = g (v + a2 v^2 + a3 v^3)``: harmonic
   generation), coil ``L di/dt + R i + K_f z' = v_amp``, armature (moving mass, suspension
@@ -87,7 +97,8 @@ Files, one job each: ``spec`` (the ``[virtual]`` table: ShakerSpec ... VirtualSp
 parse_virtual), ``model`` (assembly of beam + clamp + shakers + coils + filters, first-order
 form, modal diagonalisation, discretisation), ``engine`` (time integration: closed-form and
 per-sample paths; noise table, mains, ADC), ``rig`` (VirtualRig: the Rig protocol),
-``reference`` (the exact truths). This package registers the rig kind ``virtual``
+``reference`` (the exact truths), ``emulated`` (the exact reference of a nonlinear emulated
+structure, and the one the sweep stores: :func:`sweep_reference`). This package registers the rig kind ``virtual``
 (:mod:`hbtest.rig.registry`): it owns the rig file's ``[virtual]`` table and needs its
 ``[physical]`` beam.
 """
@@ -95,6 +106,7 @@ per-sample paths; noise table, mains, ADC), ``rig`` (VirtualRig: the Rig protoco
 from __future__ import annotations
 
 from ..registry import RigKind, register
+from .emulated import REFERENCE_MAX_ORDER, SweepReference, emulated_structure, joined_force_vector, sweep_reference
 from .reference import SteadyState
 from .rig import Demand, VirtualRig, open_virtual
 from .spec import (
@@ -106,6 +118,7 @@ from .spec import (
     VirtualSpec,
     parse_virtual,
     parse_virtual_kind,
+    NONLINEAR_SUBSTEPS,
 )
 
 __all__ = [
@@ -122,6 +135,12 @@ __all__ = [
     "parse_virtual_kind",
     "open_virtual",
     "KIND",
+    "REFERENCE_MAX_ORDER",
+    "SweepReference",
+    "emulated_structure",
+    "joined_force_vector",
+    "sweep_reference",
+    "NONLINEAR_SUBSTEPS",
 ]
 
 KIND = register(RigKind("virtual", ("virtual",), parse_virtual_kind, open_virtual))

@@ -18,6 +18,14 @@ recurrence ``z[n+1] = a z[n] + c_now b u[n-d] + c_prev b u[n-d-1]``.
 - With friction (or when asked, ``per_sample=True``) every sample runs explicitly: the
   regularised Coulomb force/torque ``-F_c tanh(v / v_s)`` computed from the current velocity
   and held over one sample.
+- With nonlinear elements on the PS beam (``[[virtual.nonlinear]]``) the state is split:
+  the actuation part ``z`` runs the exact recurrence above (one lfilter per mode, so every
+  sample's state is known), the element part ``z_nl`` (driven by the element forces only) is
+  stepped explicitly in ``substeps`` sub-steps per sample (:class:`NonlinearState`): the
+  element DOFs' displacement and velocity at each sub-step are the actuation part's (exact,
+  from the sample state and the held inputs over the partial step) plus ``z_nl``'s; the
+  element force enters with first-order hold, its end value extrapolated from the last two
+  (second order in the sub-step; the linear dynamics stay exact). The sum is the state.
 
 Converter (:meth:`Engine.to_volts`): raw volts ``(physical - offset) / scale``; mains
 interference at the gauge bridge (through the gauge filter), white sensor noise drawn from a
@@ -36,7 +44,7 @@ import scipy.special
 
 from .model import Model, filter_response
 
-__all__ = ["Engine", "MAX_CHUNK", "GAUSS_TABLE"]
+__all__ = ["Engine", "NonlinearState", "MAX_CHUNK", "GAUSS_TABLE"]
 
 MAX_CHUNK = 1 << 15  # samples simulated per vectorised block
 # White sensor noise: i.i.d. draws from 2^16 equiprobable Gaussian quantiles (unit variance,
@@ -46,6 +54,7 @@ GAUSS_TABLE = scipy.special.ndtri((np.arange(1 << 16) + 0.5) / (1 << 16))
 GAUSS_TABLE /= GAUSS_TABLE.std()
 OUTPUT_FLOOR_V = 1e-9  # a modal transient's output term is dropped once below this on every channel
 OUTPUT_BLOCK = 256  # samples per block of the closed-form output evaluation
+FREE_BLOCK = 256  # sub-steps evaluated at once while every nonlinear element force is zero
 SHORT_RUN = 64  # runs up to this many samples loop in Python instead of one lfilter per mode
 
 
@@ -81,6 +90,11 @@ class Engine:
         self._seg = None  # (X, rho, n_start): the input as a sum of exponentials
         self._mains_key = None
         self._mains_table = None
+        # nonlinear elements on the PS beam: their part of the modal state (driven by the
+        # element forces only; the actuation part stays in _z) and the last sub-step's force
+        self._nl = model.nonlinear
+        if self._nl is not None:
+            self._nl_state = NonlinearState(model)
 
     @property
     def n(self) -> int:
@@ -118,8 +132,8 @@ class Engine:
         d1 = self._m.delay_samples + 1 + self._H
         while done < N:
             since = self._n - self._seg[2]
-            if self.per_sample or since < d1:
-                m = min(MAX_CHUNK, N - done) if self.per_sample else min(d1 - since, N - done)
+            if self.per_sample or self._nl is not None or since < d1:
+                m = min(MAX_CHUNK, N - done) if self.per_sample or self._nl is not None else min(d1 - since, N - done)
                 part = self.run(self.segment_input(self._n, m), gain is not None)
                 if gain is not None:
                     part *= gain[:, None]
@@ -145,7 +159,7 @@ class Engine:
         self._hist = ext[:, -(d + 1 + H) :].copy()
         self._n += N
         held = ext[:, H : H + N]  # input held just before t_n
-        need_z = outputs or H > 0
+        need_z = outputs or H > 0 or self._nl is not None
         if self.per_sample:
             beta = m.c_now[:, None] * P[:, 1:] + m.c_prev[:, None] * P[:, :-1]
             Z, y = self._run_per_sample(beta, held, need_z, outputs)
@@ -168,6 +182,10 @@ class Engine:
                         Z[i, 1:] = y[:-1]
                     z[i] = y[-1]
             y = np.real(np.einsum("cm,mn->cn", m.Cy, Z)) + np.einsum("cj,jn->cn", m.Dy[:, :2], held) if outputs else None
+        if self._nl is not None:
+            Znl, Fh = self._nl_state.advance(Z, P, ext[:, H : H + N + 1], outputs)
+            if outputs:
+                y += np.real(np.einsum("cm,mn->cn", m.Cy, Znl)) + np.einsum("cj,jn->cn", self._nl.Dy_nl, Fh)
         if H:
             Z_all = np.concatenate([self._zh, Z], axis=1)  # column H + k <-> z[n0 + k]
             self._zh = Z_all[:, -H:].copy()
@@ -371,3 +389,115 @@ class Engine:
             o = n0 % P
             return self._mains_table[:, o : o + N]
         return signal(n0 + np.arange(N))
+
+
+class NonlinearState:
+    """The element part of the twin's state with ``[[virtual.nonlinear]]`` elements (see the
+    module docstring): ``x = (Re z_nl, Im z_nl, f)`` with ``f`` the element forces of the last
+    sub-step (generalised forces applied to the element DOFs [N, N m], minus the restoring
+    forces). One sub-step from ``x`` with the new force ``f'``:
+
+        q  = q_act + Mq x                        (element DOFs' displacements, velocities)
+        f' = -sum_e w_e g_e(w_e . q, w_e . q')
+        z_nl <- a_h z_nl + c0 b f' + c1 b (f' - f)   (first-order hold, extrapolated slope)
+
+    (the element forces' own feedthrough ``Dq f`` — the static correction of the truncated
+    modes, ~6e-5 of the beam's static compliance at its tip — uses the previous sub-step's force).
+
+    Free flight: while every element force is exactly zero (a contact off its stop) the
+    element part only decays, ``z_nl(k) = a_h^k z_nl(0)``; blocks of ``FREE_BLOCK`` sub-steps
+    are then evaluated at once up to the first sub-step with a force (the same numbers as
+    stepping, to rounding)."""
+
+    def __init__(self, model: Model):
+        nl = model.nonlinear
+        self.terms = nl
+        n_s, n_f = model.lam.size, nl.dofs.size
+        self.n_s, self.n_f = n_s, n_f
+        self.x = np.zeros(2 * n_s + n_f)
+        # q = Re(Cq z) + Dq f  ->  [Re Cq, -Im Cq, Dq] @ x
+        self.Mq = np.hstack([nl.Cq.real, -nl.Cq.imag, nl.Dq])
+        # z' = a_h z + (c0 + c1) b f' - c1 b f, as a real map of x and of f'
+        A = np.zeros((2 * n_s, 2 * n_s + n_f))
+        i = np.arange(n_s)
+        A[i, i], A[i, n_s + i] = nl.a_h.real, -nl.a_h.imag
+        A[n_s + i, i], A[n_s + i, n_s + i] = nl.a_h.imag, nl.a_h.real
+        G1 = -nl.c1[:, None] * nl.Bz_nl
+        A[:n_s, 2 * n_s :], A[n_s:, 2 * n_s :] = G1.real, G1.imag
+        self.Ms = A
+        G0 = (nl.c0 + nl.c1)[:, None] * nl.Bz_nl
+        self.G0 = np.vstack([G0.real, G0.imag])
+        # element coordinates: r_e = W q[:n_f], v_e = W q[n_f:]
+        W = np.zeros((len(nl.elements), n_f))
+        for k, (e, idx) in enumerate(zip(nl.elements, nl.index)):
+            W[k, idx] += e.weights
+        self.W = W
+        self.WT = -W.T
+        self.log_a = np.log(nl.a_h)
+
+    def forces(self, Q: np.ndarray) -> np.ndarray:
+        """Element-DOF forces (..., n_f) for element-DOF states ``Q`` (..., 2 n_f)."""
+        nf = self.n_f
+        R, V = Q[..., :nf] @ self.W.T, Q[..., nf:] @ self.W.T
+        G = np.stack([e.force(R[..., k], V[..., k]) for k, e in enumerate(self.terms.elements)], axis=-1)
+        return G @ self.WT.T
+
+    def advance(self, Z: np.ndarray, P: np.ndarray, held: np.ndarray, outputs: bool):
+        """Advance over the samples whose actuation states are ``Z`` (n_s, N); ``P`` (n_s,
+        N + 1) the actuation inputs ``b u[n-d-1]`` (column n) and ``b u[n-d]`` (n + 1),
+        ``held`` (2, N + 1) the held inputs likewise. Returns the element part of the state at
+        each sample (n_s, N) complex and the force held from it (n_f, N), when ``outputs``."""
+        nl = self.terms
+        N = Z.shape[1]
+        S = nl.substeps
+        n_s, n_f = self.n_s, self.n_f
+        QL = np.empty((N, S, 2 * n_f))
+        for j in range(S):
+            Zj = Z if j == 0 else nl.sub_E[j][:, None] * Z + nl.sub_Wp[j][:, None] * P[:, :-1] + nl.sub_Wn[j][:, None] * P[:, 1:]
+            hj = held[:, 1:] if nl.sub_late[j] else held[:, :-1]
+            QL[:, j, :] = (np.real(nl.Cq @ Zj) + nl.Dq_lin @ hj).T
+        QL = QL.reshape(N * S, 2 * n_f)  # sub-step k = n S + j
+        K = N * S
+        X = np.empty((N, 2 * n_s + n_f)) if outputs else None
+        x = self.x.copy()
+        xs = np.empty_like(x)
+        Mq, Ms, G0 = self.Mq, self.Ms, self.G0
+        one = self.W.shape == (1, 1) and self.W[0, 0] == 1.0  # one grounded element
+        force = nl.elements[0].force if one else None
+        k = 0
+        while k < K:
+            if not x[2 * n_s :].any():
+                # free flight: evaluate a block in closed form up to the first force
+                B = min(FREE_BLOCK, K - k)
+                z0 = x[:n_s] + 1j * x[n_s : 2 * n_s]
+                zk = z0[:, None] * np.exp(np.multiply.outer(self.log_a, np.arange(B)))
+                Qb = QL[k : k + B] + np.real(nl.Cq @ zk).T
+                hit = np.flatnonzero(np.any(self.forces(Qb) != 0.0, axis=-1))
+                m = int(hit[0]) if hit.size else B
+                if outputs:
+                    first = -(-k // S)
+                    rows = np.arange(first * S, k + m, S) - k
+                    X[first : first + rows.size, :n_s] = zk[:, rows].real.T
+                    X[first : first + rows.size, n_s : 2 * n_s] = zk[:, rows].imag.T
+                    X[first : first + rows.size, 2 * n_s :] = 0.0
+                if m:
+                    z = z0 * np.exp(self.log_a * m)
+                    x[:n_s], x[n_s : 2 * n_s] = z.real, z.imag
+                    k += m
+                if not hit.size:
+                    continue
+            # one explicit sub-step
+            if outputs and k % S == 0:
+                X[k // S] = x
+            q = QL[k] + Mq @ x
+            f = -force(q[0], q[1]) if one else self.forces(q)
+            xs[: 2 * n_s] = Ms @ x + G0 @ np.atleast_1d(f)
+            xs[2 * n_s :] = f
+            x, xs = xs, x
+            k += 1
+        self.x = x.copy()
+        if not outputs:
+            return None, None
+        # the force held from t_n is the first sub-step's: recompute it from the stored x
+        Fh = self.forces(QL[::S] + X @ Mq.T).T
+        return X[:, :n_s].T + 1j * X[:, n_s : 2 * n_s].T, Fh

@@ -5,9 +5,12 @@ counter-clockwise). Mechanical DOFs: the PS beam's (node 0 = the clamp's u, thet
 interface), then the two shaker armatures ``z1, z2`` (up). First-order form
 ``E x' = A x + B u`` with ``x = (q, q', i1, i2)`` (coil currents [A]); inputs ``u`` =
 (amplifier input 1 [V], amplifier input 2 [V], friction force on the slider [N], friction
-torque on the pin [N m]). Raw outputs (``C_raw`` rows): one per channel of the sensor layout in
-its order (a laser at lever position p: ``u + p theta`` [m]; a gauge at x = d: unfiltered
-strain ``-(h/2) w''(d)``), then u' [m/s], theta' [rad/s].
+torque on the pin [N m]), then with ``[[virtual.nonlinear]]`` elements one generalised force
+[N or N m] on each beam DOF an element acts on (:class:`NonlinearTerms`). Raw outputs
+(``C_raw`` rows): one per channel of the sensor layout in its order (a laser at lever
+position p: ``u + p theta`` [m]; a gauge at x = d: unfiltered strain ``-(h/2) w''(d)``), then
+u' [m/s], theta' [rad/s], then (elements) the displacements and the velocities of the element
+DOFs.
 
 The model is diagonalised (generalised eigenproblem, left and right vectors): modes with
 ``|lambda| < 2 pi modal_cutoff_hz`` kept, the rest a static correction matching the full
@@ -33,7 +36,19 @@ from ...sensors import SensorLayout
 from ...structures import Beam, beam as make_beam
 from .spec import VirtualSpec
 
-__all__ = ["Model", "build_model", "assemble", "channel_filter", "filter_response", "zoh", "amplifier_input", "input_harmonics"]
+#: |lambda h| below which the first-order-hold weight c1 is taken from its series (the closed
+#: form cancels: relative rounding ~ 1e-16 / |lambda h|^2)
+FOH_SERIES_BELOW = 1e-4
+#: explicit element forces: a contact's stiffness times the element's displacement after one
+#: sub-step of unit force from rest (~ (omega h)^2 / 2 of the contact frequency) must stay
+#: below this (omega h < 0.1: the extrapolated first-order hold is then stable and within
+#: ~1e-4), a friction element's slope F_c / v_s times its velocity after that sub-step
+#: (~ c h / m) below EXPLICIT_DAMPING_LIMIT
+EXPLICIT_STIFFNESS_LIMIT = 5e-3
+EXPLICIT_DAMPING_LIMIT = 0.5
+EXPLICIT_FEEDTHROUGH_LIMIT = 0.5
+
+__all__ = ["Model", "NonlinearTerms", "EXPLICIT_STIFFNESS_LIMIT", "EXPLICIT_DAMPING_LIMIT", "EXPLICIT_FEEDTHROUGH_LIMIT", "build_model", "assemble", "channel_filter", "filter_response", "zoh", "amplifier_input", "input_harmonics"]
 
 
 
@@ -83,6 +98,68 @@ class Model:
     skew_history: int  # past samples the skewed outputs look back (max q + 1; 0 = none)
     rig_modes: np.ndarray  # eigenvalues of clamp + shakers without the beam
     max_condition: float
+    # nonlinear elements on the PS beam (None without): see NonlinearTerms
+    nonlinear: "NonlinearTerms | None" = None
+
+
+@dataclass(frozen=True, eq=False)
+class NonlinearTerms:
+    """The element forces of ``[[virtual.nonlinear]]`` as extra inputs of the modal model.
+
+    ``elements``: :class:`~hbtest.numerical.Element` objects on the beam's DOF names;
+    ``dofs``: beam DOF indices they act on (the element inputs: one generalised force each,
+    applied to the beam, i.e. minus the elements' restoring forces); ``index``: per element
+    the positions of its DOFs in ``dofs``. Outputs ``q`` = (displacements of ``dofs``, then
+    their velocities) = ``Re Cq z + Dq f + Dq_lin u_held`` over the simulated modal states.
+    Inputs: ``Bz_nl`` (n_s, n_f) modal input columns, ``Dy_nl`` (n_ch, n_f) channel
+    feedthrough. Sub-steps (``substeps`` per sample, length h = dt / substeps): the state at
+    ``t_n + j h`` of the actuation part is ``sub_E[j] z[n] + sub_Wp[j] b u[n-d-1] + sub_Wn[j]
+    b u[n-d]`` (exact, as the channel skew) with the held input ``u[n-d]`` once
+    ``sub_late[j]``; over one sub-step the element force enters with first-order hold
+    (``z <- a_h z + c0 b f_j + c1 b (f_{j+1} - f_j)``, c0 = int_0^h e^{lambda (h - s)} ds,
+    c1 = int_0^h e^{lambda (h - s)} s / h ds)."""
+
+    elements: tuple
+    dofs: np.ndarray
+    index: tuple
+    Cq: np.ndarray
+    Dq: np.ndarray
+    Dq_lin: np.ndarray
+    Bz_nl: np.ndarray
+    Dy_nl: np.ndarray
+    substeps: int
+    a_h: np.ndarray
+    c0: np.ndarray
+    c1: np.ndarray
+    sub_E: np.ndarray
+    sub_Wp: np.ndarray
+    sub_Wn: np.ndarray
+    sub_late: np.ndarray
+
+    def explicit_numbers(self) -> list[tuple[int, str, str, float, float]]:
+        """The checks of the explicit element forces, one entry per (contact or friction
+        element, check): (element index, file key of its rate parameter, ``"substeps"`` or
+        ``"feedthrough"``, the number, its limit) — see :data:`EXPLICIT_STIFFNESS_LIMIT`; the
+        feedthrough ``k Dq`` (static correction of the truncated modes, explicit too) must stay
+        below :data:`EXPLICIT_FEEDTHROUGH_LIMIT`. Cubic springs (amplitude-dependent) are not
+        checked."""
+        n_f = self.dofs.size
+        out = []
+        for i, (e, idx) in enumerate(zip(self.elements, self.index)):
+            w = np.zeros(n_f)
+            w[idx] += e.weights
+            z1 = self.c0 * (self.Bz_nl @ w)  # one sub-step of unit element force from rest
+            r1 = abs(w @ np.real(self.Cq[:n_f] @ z1))
+            v1 = abs(w @ np.real(self.Cq[n_f:] @ z1))
+            dq = abs(w @ self.Dq[:n_f] @ w)
+            u = e.dofs[0].startswith("u")
+            if e.kind == "contact":
+                key = "stiffness_n_per_m" if u else "stiffness_nm_per_rad"
+                out.append((i, key, "substeps", e.stiffness * r1, EXPLICIT_STIFFNESS_LIMIT))
+                out.append((i, key, "feedthrough", e.stiffness * dq, EXPLICIT_FEEDTHROUGH_LIMIT))
+            elif e.kind == "friction":
+                out.append((i, "velocity_scale_m_per_s" if u else "velocity_scale_rad_per_s", "substeps", e.force_limit / e.velocity_scale * v1, EXPLICIT_DAMPING_LIMIT))
+        return out
 
 
 def channel_filter(ch) -> tuple | None:
@@ -173,6 +250,19 @@ def build_model(spec: VirtualSpec, layout: SensorLayout, fs: float) -> Model:
             C_raw[j, :nb] = -(h / 2) * np.array([b.curvature(eye[k], ch.position) for k in range(nb)])
     C_raw[nc, nm + 0] = 1.0
     C_raw[nc + 1, nm + 1] = 1.0
+    # nonlinear elements: their DOFs' displacements and velocities as extra outputs, their
+    # forces as extra inputs (columns 4..; none without elements: the linear model unchanged)
+    elements = tuple(e.build(b) for e in spec.nonlinear)
+    nl_dofs = np.array(sorted({b.index(d) for e in elements for d in e.dofs}), dtype=int)
+    n_f = nl_dofs.size
+    if n_f:
+        Cq_raw = np.zeros((2 * n_f, N))
+        Cq_raw[np.arange(n_f), nl_dofs] = 1.0
+        Cq_raw[n_f + np.arange(n_f), nm + nl_dofs] = 1.0
+        C_raw = np.vstack([C_raw, Cq_raw])
+        B_nl = np.zeros((N, n_f))
+        B_nl[nm + nl_dofs, np.arange(n_f)] = 1.0
+        B = np.hstack([B, B_nl])
 
     lam, wl, vr = scipy.linalg.eig(A, E, left=True, right=True)
     keep = np.abs(lam) < 2 * np.pi * spec.modal_cutoff_hz
@@ -200,7 +290,7 @@ def build_model(spec: VirtualSpec, layout: SensorLayout, fs: float) -> Model:
     Bz = [bm[rep]]
     Cy_m = np.zeros((nc, lam_r.size), complex)
     Cy_f = []
-    Dy = np.zeros((nc, 4))
+    Dy = np.zeros((nc, B.shape[1]))
     for j, filt in enumerate(filters):
         Cy_m[j] = cm[j, rep] * filter_response(filt, lam_r)
         if filt is None:
@@ -230,7 +320,7 @@ def build_model(spec: VirtualSpec, layout: SensorLayout, fs: float) -> Model:
     Cy = Cy * fac_all[None, :]
     Cv = np.zeros((2, n_s), complex)
     Cv[:, : lam_r.size] = cm[nc : nc + 2, rep] * fac_r[None, :]
-    Dv = D[nc : nc + 2]
+    Dv = D[nc : nc + 2, :4]
 
     dt = 1.0 / fs
     tau = spec.actuation_delay / dt
@@ -279,12 +369,46 @@ def build_model(spec: VirtualSpec, layout: SensorLayout, fs: float) -> Model:
         beam=b, nb=nb, nm=nm, A=A, E=E, MCK=MCK, B=B, C_raw=C_raw, channel_filters=filters,
         gauge_rows=np.array([j for j, c in enumerate(chans) if c.kind != "laser"], dtype=int),
         laser_rows=np.array([j for j, c in enumerate(chans) if c.kind == "laser"], dtype=int), kept=lam,
-        lam=lam_all, fac=fac_all, Cy=Cy, Dy=Dy, Cv=Cv, Dv=Dv, Bz=Bz, Bz2=np.ascontiguousarray(Bz[:, :2]), a=a, c_now=c_now,
+        lam=lam_all, fac=fac_all, Cy=Cy, Dy=Dy[:, :4], Cv=Cv, Dv=Dv, Bz=Bz[:, :4], Bz2=np.ascontiguousarray(Bz[:, :2]), a=a, c_now=c_now,
         c_prev=c_prev, c_force=c_force, delay_samples=d, delay_fraction=alpha,
         skew=skew, skew_rows=rows, skew_q=np.array(sq, dtype=int), skew_E=np.array(sE) if sq else empty,
         skew_Wp=np.array(sWp) if sq else empty, skew_Wn=np.array(sWn) if sq else empty, skew_late=np.array(slate, dtype=bool),
         skew_history=int(max(sq) + 1) if sq else 0, rig_modes=rig,
         max_condition=float(cond.max()),
+        nonlinear=_nonlinear_terms(spec, elements, tuple(np.searchsorted(nl_dofs, [b.index(d) for d in e.dofs]) for e in elements), nl_dofs, cm, D, rep, fac_r, Bz, Dy, x, dt, alpha, phi, nc) if n_f else None,
+    )
+
+
+def _nonlinear_terms(spec, elements, index, nl_dofs, cm, D, rep, fac_r, Bz, Dy, x, dt, alpha, phi, nc) -> NonlinearTerms:
+    """The :class:`NonlinearTerms` of a model whose inputs 4.. are the element forces and whose
+    raw outputs after the channels and (u', theta') are the element DOFs' (q, q')."""
+    n_f = nl_dofs.size
+    Cq = np.zeros((2 * n_f, x.size), complex)
+    Cq[:, : fac_r.size] = cm[nc + 2 :, rep] * fac_r[None, :]
+    S = int(spec.nonlinear_substeps)
+    xh = x / S
+    a_h = np.exp(xh)
+    c0 = phi(xh) / S  # phi carries dt: int_0^h e^{lambda (h - s)} ds
+    # c1 = int_0^h e^{lambda (h - s)} s / h ds = h (e^y - 1 - y) / y^2, y = lambda h (series near 0)
+    small = np.abs(xh) < FOH_SERIES_BELOW
+    ys = np.where(small, 1.0, xh)
+    c1 = np.where(small, 0.5 + xh / 6, (np.expm1(ys) - ys) / ys**2) * (dt / S)
+    sE, sWp, sWn, late = [], [], [], []
+    for j in range(S):
+        gam = j / S
+        sE.append(np.exp(x * gam))
+        if gam <= alpha:
+            sWp.append(phi(x * gam) * gam)
+            sWn.append(np.zeros_like(x))
+            late.append(False)
+        else:
+            sWp.append(np.exp(x * (gam - alpha)) * phi(x * alpha) * alpha)
+            sWn.append(phi(x * (gam - alpha)) * (gam - alpha))
+            late.append(True)
+    return NonlinearTerms(
+        elements=elements, dofs=nl_dofs, index=index, Cq=Cq, Dq=D[nc + 2 :, 4:], Dq_lin=D[nc + 2 :, :2],
+        Bz_nl=np.ascontiguousarray(Bz[:, 4:]), Dy_nl=Dy[:, 4:], substeps=S, a_h=a_h, c0=c0, c1=c1,
+        sub_E=np.array(sE), sub_Wp=np.array(sWp), sub_Wn=np.array(sWn), sub_late=np.array(late, dtype=bool),
     )
 
 

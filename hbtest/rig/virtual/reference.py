@@ -76,7 +76,9 @@ def steady_state(model: Model, frequency_hz: float, voltage, orders, output_orde
 times its filter and its skew's ``e^{-s skew}``; the aliases of
     the held input above Nyquist are neglected (below 1e-7 relative here). ``output_orders``
     (default ``orders``) selects the harmonics returned. With friction the result is the
-    friction-free response (``exact=False``)."""
+    friction-free response (``exact=False``); likewise with nonlinear elements
+    (the linear part's response; the joined structure's exact reference is
+    :mod:`hbtest.rig.virtual.emulated`)."""
     m = model
     spec = m.spec
     dt = 1.0 / m.fs
@@ -113,7 +115,7 @@ times its filter and its skew's ``e^{-s skew}``; the aliases of
         displacement=disp,
         force=force,
         amplifier_input=U,
-        exact=not spec.friction.active,
+        exact=not (spec.friction.active or spec.nonlinear),
     )
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import InstrumentError
+from ...errors import ConfigError, InstrumentError
 from ...sensors import SensorLayout
 from ...structures import Beam
 from ...substructure import Substructure
@@ -70,6 +70,8 @@ class VirtualRig:
         self.seed = int(spec.seed if seed is None else seed)
         self.noise = bool(noise)
         self._m = build_model(spec, spec.simulated_sensors(self.sensors), self.fs)  # the true sensors
+        if self._m.nonlinear is not None:
+            _check_explicit(self._m, getattr(rig_config.source, "path", rig_config.source))
         self._engine = Engine(self._m, self.seed, noise=self.noise, per_sample=per_sample)
         self._phase = 0.0  # generator phase [rad] of the fundamental at the next sample
         self._freq: float | None = None
@@ -246,6 +248,12 @@ class VirtualRig:
     # -- the truth (exact, noise-free; hbtest.rig.virtual.reference) ---------------------
 
     @property
+    def model(self):
+        """The twin's :class:`~hbtest.rig.virtual.model.Model` (read-only; for its exact
+        references)."""
+        return self._m
+
+    @property
     def beam(self) -> Beam:
         """The twin's PS beam (FE model, node 0 at the interface)."""
         return self._m.beam
@@ -291,6 +299,23 @@ class VirtualRig:
         """Largest relative error of the simulated modal model against the full model:
         :func:`hbtest.rig.virtual.reference.reduction_error`."""
         return reference.reduction_error(self._m, frequencies_hz)
+
+
+def _check_explicit(model, source) -> None:
+    """A ConfigError naming the element key when an element is too stiff (or too steep) for
+    its explicit time stepping (:meth:`~hbtest.rig.virtual.model.NonlinearTerms.explicit_numbers`)."""
+    S = model.nonlinear.substeps
+    for i, key, check, number, limit in model.nonlinear.explicit_numbers():
+        if number <= limit:
+            continue
+        if check == "substeps":
+            need = int(np.ceil(S * np.sqrt(number / limit)))
+            problem = (f"too stiff for its explicit force at {model.fs:g} Hz with nonlinear_substeps = {S}"
+                       f" ({number:.3g} > {limit:g}): raise [virtual].nonlinear_substeps to about {need} or soften the element")
+        else:
+            problem = (f"too stiff for the explicit static correction of the modes above modal_cutoff_hz ({number:.3g} > {limit:g}):"
+                       " raise [virtual].modal_cutoff_hz or soften the element")
+        raise ConfigError(source, f"virtual.nonlinear[{i}].{key}", problem)
 
 
 def open_virtual(rig_config, seed: int | None = None) -> VirtualRig:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import ConfigError
+from ...numerical.table import NonlinearElementSpec, read_element_tables
 from ...schema import BeamSpec, RigCommon, Section
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "VirtualSpec",
     "parse_virtual",
     "parse_virtual_kind",
+    "NONLINEAR_SUBSTEPS",
 ]
 
 #: the channels of the published layout (legacy rig files); the twin's acquisition channels
@@ -36,6 +38,10 @@ __all__ = [
 CHANNELS = ("l1", "l2", "g1", "g2")
 #: the twin drives exactly this many shakers (translation at the pin, rotation by the lever)
 TWIN_ACTUATORS = 2
+#: default sub-steps per sample of the explicit nonlinear-element forces (``[virtual]``
+#: ``nonlinear_substeps``): the element force is held over dt / substeps (2: the steady state
+#: within 4e-5 of the one with 8; a stiff element needs more, the twin says how many)
+NONLINEAR_SUBSTEPS = 2
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,10 @@ class VirtualSpec:
     #: ``[virtual.true_sensors]`` (never the calibrated layout the reduction uses); None (a
     #: spec built by hand) = the layout the rig is opened with is the truth
     true_sensors: object = None
+    #: nonlinear elements on the PS beam (``[[virtual.nonlinear]]``, positions [m] from the
+    #: clamp, x = 0 = the interface node) and the sub-steps per sample of their explicit forces
+    nonlinear: tuple[NonlinearElementSpec, ...] = ()
+    nonlinear_substeps: int = NONLINEAR_SUBSTEPS
 
     def simulated_sensors(self, nominal):
         """The sensor layout the twin simulates: :attr:`true_sensors` or ``nominal``."""
@@ -137,13 +147,13 @@ class VirtualSpec:
     def nodes(self, gauge_positions) -> np.ndarray:
         """FE node positions [m]: ``beam.elements`` equal elements, refined to
         ``mesh_root_element`` over ``[0, max(mesh_root_length, d2 + 10 mm)]``, nodes at the
-        gauges."""
+        gauges and at every nonlinear element."""
         L = self.beam.length
         d2 = max(gauge_positions)
         zone = min(L, max(self.mesh_root_length, d2 + 0.01))
         n_zone = max(1, int(math.ceil(zone / self.mesh_root_element - 1e-9)))
         x = np.concatenate([np.linspace(0.0, L, self.beam.elements + 1), np.linspace(0.0, zone, n_zone + 1)])
-        fixed = np.array([0.0, L, *gauge_positions])
+        fixed = np.array([0.0, L, *gauge_positions, *(x for e in self.nonlinear for x in e.positions)])
         x = np.unique(np.round(np.concatenate([x, fixed]), 12))
         tol = 0.25 * min(self.mesh_root_element, L / self.beam.elements)
         keep: list[float] = []
@@ -278,6 +288,13 @@ def parse_virtual(sec: Section, physical: BeamSpec, sensors, common) -> VirtualS
     rng_v = adc.number("range_v", 10.0, positive=True, max=1000)
     adc.finish()
     noise = NoiseSpec(laser_rms, gauge_rms, mains_hz, mains_amp, tuple(mains_h), bits, rng_v)
+    # nonlinear elements on the PS beam: the same tables (and parser) as [[numerical.nonlinear]]
+    nonlinear = read_element_tables(sec.subs("nonlinear"), physical.length, "free", frozenset(), "physical beam")
+    substeps = int(sec.integer("nonlinear_substeps", NONLINEAR_SUBSTEPS, min=1, max=64))
+    if nonlinear and friction.active:
+        raise fr.error("slider_coulomb_n", "the twin does not simulate [virtual.friction] together with [[virtual.nonlinear]] elements: set one of them to 0")
+    if nonlinear and skewed:
+        raise sec.error("nonlinear", f"the twin does not simulate nonlinear elements together with channel skew ({', '.join(skewed)})")
     sec.finish()
     return VirtualSpec(
         seed=seed,
@@ -291,6 +308,8 @@ def parse_virtual(sec: Section, physical: BeamSpec, sensors, common) -> VirtualS
         actuation_delay=delay,
         modal_cutoff_hz=cutoff,
         true_sensors=simulated,
+        nonlinear=nonlinear,
+        nonlinear_substeps=substeps,
     )
 
 
