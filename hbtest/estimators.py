@@ -60,11 +60,18 @@ def relevant_modes(modes, since_s: float, sample_rate_hz: float) -> np.ndarray:
     return lam[alive & below]
 
 
-def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | None = None, nuisance_hz=()) -> TransientFit:
+def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | None = None, nuisance_hz=(), clock=None) -> TransientFit:
     """Least-squares steady-state coefficients of ``x`` (time on the last axis) sampled at
     ``t`` [s], with the free decay of each mode in ``modes`` (eigenvalues [rad/s]; a complex
     pair is given by one member, a real mode by itself) starting at ``t0`` [s] (default: the
     first sample) and the interferers ``nuisance_hz`` as extra regressors.
+
+    ``clock``: the same samples' times [s] on a continuous clock (e.g. the rig clock), for the
+    regressors that are not periodic in the forcing — mode decays and interferers — and then
+    ``t0`` is on that clock too. Needed when ``t`` is a concatenation of records in the demand
+    time base: that base is only defined modulo the forcing period between records (a rig may
+    restart it at each record), so a decay or a 50 Hz interferer written in it jumps at every
+    record boundary and the fit takes the jump for noise. Default: ``t``.
 
     Exact for a noise-free linear system whose demand is constant from ``t0`` on and whose
     modes are all given. The record needs more samples than regressors
@@ -76,9 +83,12 @@ def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | 
         raise ValueError(f"time axis mismatch: t has {t.size} samples, x has {x.shape[-1]}")
     if frequency_hz <= 0:
         raise ValueError("frequency_hz must be positive")
-    t0 = float(t[0]) if t0 is None else float(t0)
+    c = t if clock is None else np.asarray(clock, dtype=float)
+    if c.shape != t.shape:
+        raise ValueError(f"clock has {c.size} samples, t has {t.size}")
+    t0 = float(c[0]) if t0 is None else float(t0)
     lam = np.asarray(modes, dtype=complex).reshape(-1)
-    tau = t - t0
+    tau = c - t0
     cols = []
     for k in orders:
         if k == 0:
@@ -88,7 +98,7 @@ def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | 
     n_h = len(cols)
     for fn in nuisance_hz:
         if all(abs(fn - k * frequency_hz) > 1e-9 for k in orders):
-            cols += [np.cos(2 * np.pi * fn * t), np.sin(2 * np.pi * fn * t)]
+            cols += [np.cos(2 * np.pi * fn * c), np.sin(2 * np.pi * fn * c)]
     for m in lam:
         env = np.exp(np.real(m) * tau)
         if abs(np.imag(m)) <= 1e-9 * abs(m):

@@ -308,6 +308,9 @@ class PointLoop:
         :func:`hbtest.estimators.fit_through_transient`: (InterfaceMeasurement, over range)."""
         names = list(records[0].data)
         t = np.concatenate([a.t for a in records])
+        # the rig clock of every sample (the record ends at ``elapsed_s``): continuous across
+        # records, unlike the demand time base, for the decays and the mains regressors
+        clock = np.concatenate([a.elapsed_s - (a.t.size - np.arange(a.t.size)) / a.sample_rate_hz for a in records])
         x = np.stack([np.concatenate([a.data[c] for a in records]) for c in names])
         nuisance = self.layout.mains_frequencies if self.profile.reject_mains else ()
         fit_orders = self.orders
@@ -316,7 +319,7 @@ class PointLoop:
             top = max(min(FIT_MAX_ORDER, harmonics.max_usable_harmonic(f, fs)), int(self.orders.max()))
             fit_orders = np.array(sorted({0, *range(1, top + 1), *self.orders.tolist()}))
         keep = np.searchsorted(fit_orders, self.orders)
-        tf = estimators.fit_through_transient(t, x, f, fit_orders, modes, t0=float(t[0]), nuisance_hz=nuisance)
+        tf = estimators.fit_through_transient(t, x, f, fit_orders, modes, t0=float(clock[0]), nuisance_hz=nuisance, clock=clock)
         over = set()
         for a in records:
             over |= set(getattr(a, "overrange", ()))
