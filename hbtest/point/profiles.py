@@ -18,7 +18,11 @@ windows, settling and steps on top of the measuring machinery of
   exactly through the known ``D_N``; each point starts from the model prediction at the new
   frequency; on a rig that gives raw records and its modes, each evaluation fits the new
   steady state together with the known free decay right after the ramp
-  (:mod:`hbtest.estimators`) instead of waiting, growing the record until the noise target;
+  (:mod:`hbtest.estimators`) instead of waiting, growing the record only until the residual
+  stands out of the noise while far from the solution, and near it until the noise of every
+  evaluation of the point pooled (:meth:`PointLoop.pool`, an affine fit over the voltages whose
+  Jacobian becomes ``G``) meets the target; an iteration without progress stops as
+  ``stalled`` after one Jacobian restart, saying what held it;
   otherwise windows are as short as the measured noise allows and the settling check
   extrapolates the geometric decay of the transient; stagnation triggers a finite-difference
   restart; it also stops on accuracy (the interface error a residual still implies).
@@ -208,7 +212,15 @@ class HbtestProfile(SolverProfile):
     k >= 1 has ``|R_k| < max(h scale_k, harmonic_noise_sigmas sigma_k)``: ``scale_k`` is the
     harmonic's own measured amplitude, or the fundamental's when the harmonic is at its noise
     floor or below ``weak_harmonic_fraction`` of the fundamental (its exact value may be 0);
-    ``sigma_k`` the noise of ``|R_k|`` (:meth:`harmonic_limits`). h = 0: the single norm only."""
+    ``sigma_k`` the noise of ``|R_k|`` (:meth:`harmonic_limits`). h = 0: the single norm only.
+
+    Every decision after the first evaluation of a point uses the pooled estimate of all the
+    point's evaluations at the current voltages (:meth:`PointLoop.pool`); the Jacobian is the
+    pool's fitted one (``jacobian_from_pool``). A record grows until its residual stands
+    ``far_snr`` noise standard deviations out (far from the solution) or its noise, pooled
+    with what was measured before, meets the target (:meth:`noise_target`). No progress for
+    ``stall_iterations`` iterations re-measures the Jacobian; after ``stall_restarts`` such
+    restarts the point stops as ``stalled`` (:meth:`stall_message`)."""
 
     name = "hbtest"
     reject_mains = True
@@ -253,6 +265,9 @@ class HbtestProfile(SolverProfile):
     #: an evaluation whose pooled information already meets the noise target asks its own
     #: record for at most this many times the target noise (the least record then applies)
     max_noise_relief = 10.0
+    #: a falling pooled noise counts as progress only while the residual level needed is at
+    #: least this fraction of the noise (beyond, averaging would take over 100x the periods)
+    averaging_reach = 0.1
     #: stop with ``stalled`` after this many Jacobian restarts that did not restore progress
     stall_restarts = 1
     #: predictor: extrapolate the solution over at most this many previous points in frequency
@@ -402,7 +417,8 @@ class HbtestProfile(SolverProfile):
         floor = 3.0 * e.noise
         why = ("at its noise floor: averaging, not iterating, would help" if e.norm <= floor
                else "above its noise floor: the Jacobian does not lead to the solution")
-        return (f"stalled: no progress in {n} evaluations; residual {e.norm * 1e6:.3g} um (needed {r_target * 1e6:.3g} um, "
+        return (f"stalled after {n} iterations, the last {self.stall_iterations} without progress (and a Jacobian restart); "
+                f"residual {e.norm * 1e6:.3g} um (needed {r_target * 1e6:.3g} um, "
                 f"tolerance {loop.s.tolerance * 1e6:.3g} um) is {why} (3 sigma noise {floor * 1e6:.3g} um); "
                 f"largest at harmonic {int(loop.orders[k])} ({ph['residual'][k] * 1e6:.3g} um)")
 
@@ -455,7 +471,10 @@ class HbtestProfile(SolverProfile):
             if self.jacobian_from_pool:
                 carry.G = G_fit
             since += 1
-            if e.norm < self.progress_fraction * best or e.noise < self.progress_fraction * best_noise:
+            # progress: the residual falls, or — while the level needed is within reach of
+            # averaging (``averaging_reach``) — the pooled noise does
+            reach = r_target >= self.averaging_reach * e.noise
+            if e.norm < self.progress_fraction * best or (reach and e.noise < self.progress_fraction * best_noise):
                 best, best_noise, stalled = min(best, e.norm), min(best_noise, e.noise), 0
             else:
                 stalled += 1
