@@ -256,6 +256,11 @@ class HbtestProfile(SolverProfile):
     #: an evaluation whose residual stands this many noise standard deviations out stops
     #: growing its record: far from the solution a Newton step needs no more precision
     far_snr = 4.0
+    #: a transient-fit record never exceeds this multiple of ``averaging_periods``: beyond
+    #: it the point steps again and pools (measured on the bare-beam and paper sweeps, seeds
+    #: 1-4: 2 -> 173 periods per point but FRF error up to 1.6 %; 3 -> 234, 0.80 %;
+    #: 4 -> 291, 0.78 %; 8 -> 506, 0.69 %)
+    max_record_factor = 3
     #: pooled estimate (:meth:`PointLoop.pool`): prior standard deviation of the rig Jacobian
     #: entries, a fraction of the largest entry of each row of the carried ``G``
     pool_prior_fraction = 0.3
@@ -287,7 +292,7 @@ class HbtestProfile(SolverProfile):
         target = self.noise_fraction_of_tolerance * transient_tol if noise_target is None else noise_target
         target = max(target, norm / self.far_snr)
         want = total * (noise / target) ** 2
-        return int(np.clip(np.ceil(want), loop.s.min_window_periods, self.max_window_factor * loop.s.averaging_periods))
+        return int(np.clip(np.ceil(want), loop.s.min_window_periods, self.max_record_factor * loop.s.averaging_periods))
 
     def next_window(self, window, noise, transient_tol, s):
         # noise variance scales as 1/n: size the window so the noise is the wanted fraction
