@@ -11,6 +11,11 @@ own identification, e.g. :meth:`hbtest.rig.virtual.VirtualRig.modes`). :func:`fi
 fits both together by least squares on a short record, so the steady state is available
 after a few periods instead of after ``ln(dU/tol) / (zeta w)`` seconds of waiting.
 
+:func:`pool_affine` uses every evaluation of a point: at a fixed frequency a linear rig's
+outputs are affine in the demand, ``Y_j = A V_j + b + noise``, so a weighted least-squares fit
+of ``(A, b)`` over all evaluations (prior: the Jacobian the solver already has) gives the
+outputs at the final demand with the information of all of them, not of one window.
+
 Units: ``t`` [s] in the demand's time base (phase zero at t = 0), ``x`` in the channel's own
 units (raw volts for the rig's channels); coefficients in the same units; variances of the
 complex coefficients ``E|X - E X|^2`` in units squared.
@@ -24,7 +29,7 @@ import numpy as np
 
 from .harmonics import check_orders, unpack
 
-__all__ = ["TransientFit", "fit_through_transient", "relevant_modes", "MODE_DECAY_LIMIT"]
+__all__ = ["TransientFit", "fit_through_transient", "relevant_modes", "MODE_DECAY_LIMIT", "AffinePool", "pool_affine", "POOL_OUTLIER_CHI2"]
 
 #: a mode is fitted only while it has not decayed by more than ``e^-MODE_DECAY_LIMIT`` at
 #: the start of the record (faster modes are gone before the fit starts: their columns would
@@ -60,11 +65,18 @@ def relevant_modes(modes, since_s: float, sample_rate_hz: float) -> np.ndarray:
     return lam[alive & below]
 
 
-def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | None = None, nuisance_hz=()) -> TransientFit:
+def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | None = None, nuisance_hz=(), clock=None) -> TransientFit:
     """Least-squares steady-state coefficients of ``x`` (time on the last axis) sampled at
     ``t`` [s], with the free decay of each mode in ``modes`` (eigenvalues [rad/s]; a complex
     pair is given by one member, a real mode by itself) starting at ``t0`` [s] (default: the
     first sample) and the interferers ``nuisance_hz`` as extra regressors.
+
+    ``clock``: the same samples' times [s] on a continuous clock (e.g. the rig clock), for the
+    regressors that are not periodic in the forcing — mode decays and interferers — and then
+    ``t0`` is on that clock too. Needed when ``t`` is a concatenation of records in the demand
+    time base: that base is only defined modulo the forcing period between records (a rig may
+    restart it at each record), so a decay or a 50 Hz interferer written in it jumps at every
+    record boundary and the fit takes the jump for noise. Default: ``t``.
 
     Exact for a noise-free linear system whose demand is constant from ``t0`` on and whose
     modes are all given. The record needs more samples than regressors
@@ -76,9 +88,12 @@ def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | 
         raise ValueError(f"time axis mismatch: t has {t.size} samples, x has {x.shape[-1]}")
     if frequency_hz <= 0:
         raise ValueError("frequency_hz must be positive")
-    t0 = float(t[0]) if t0 is None else float(t0)
+    c = t if clock is None else np.asarray(clock, dtype=float)
+    if c.shape != t.shape:
+        raise ValueError(f"clock has {c.size} samples, t has {t.size}")
+    t0 = float(c[0]) if t0 is None else float(t0)
     lam = np.asarray(modes, dtype=complex).reshape(-1)
-    tau = t - t0
+    tau = c - t0
     cols = []
     for k in orders:
         if k == 0:
@@ -88,7 +103,7 @@ def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | 
     n_h = len(cols)
     for fn in nuisance_hz:
         if all(abs(fn - k * frequency_hz) > 1e-9 for k in orders):
-            cols += [np.cos(2 * np.pi * fn * t), np.sin(2 * np.pi * fn * t)]
+            cols += [np.cos(2 * np.pi * fn * c), np.sin(2 * np.pi * fn * c)]
     for m in lam:
         env = np.exp(np.real(m) * tau)
         if abs(np.imag(m)) <= 1e-9 * abs(m):
@@ -124,3 +139,82 @@ def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | 
             i += 2
     var = np.multiply.outer(s2, np.array(per)).reshape(lead + (orders.size,))
     return TransientFit(coef, var, lam, np.sqrt(s2).reshape(lead))
+
+
+#: :func:`pool_affine` drops an evaluation (the farthest from ``at`` first) while some
+#: evaluation's mean normalised squared residual exceeds this (the affine model or the
+#: evaluation is not trusted: a nonlinear rig over a long step, a transient left in a window)
+POOL_OUTLIER_CHI2 = 9.0
+
+
+@dataclass(frozen=True)
+class AffinePool:
+    """Result of :func:`pool_affine`.
+
+    value: (n,) outputs at the demand ``at``; variance: (n,) their variances (the noise of
+    every evaluation used and the uncertainty of the fitted Jacobian, with the prior);
+    jacobian: (n, m) the fitted ``A``; used: indices of the evaluations used;
+    chi2: (n_used,) mean normalised squared residual of each evaluation used (about 1 when the
+    stated variances are right and the model holds)."""
+
+    value: np.ndarray
+    variance: np.ndarray
+    jacobian: np.ndarray
+    used: np.ndarray
+    chi2: np.ndarray
+
+
+def _pool_rows(dV, Y, w, A0, P):
+    """Per-row MAP fit of ``Y[j, i] = A[i] . dV[j] + c[i]`` (weights ``w`` (J, n)), Gaussian
+    prior ``A[i] ~ N(A0[i], 1/P[i])``; returns (c, var c, A, residuals (J, n))."""
+    J, m = dV.shape
+    X = np.hstack([dV, np.ones((J, 1))])  # (J, m+1)
+    N = np.einsum("ja,ji,jb->iab", X, w, X)  # (n, m+1, m+1)
+    idx = np.arange(m)
+    N[:, idx, idx] += P
+    rhs = np.einsum("ja,ji,ji->ia", X, w, Y)
+    rhs[:, :m] += P * A0
+    Ninv = np.linalg.pinv(N, rcond=1e-13, hermitian=True)
+    theta = np.einsum("iab,ib->ia", Ninv, rhs)
+    res = Y - X @ theta.T
+    return theta[:, m], Ninv[:, m, m], theta[:, :m], res
+
+
+def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd) -> AffinePool:
+    """Outputs at the demand ``at`` from evaluations ``j`` of one point: demands ``V`` (J, m),
+    outputs ``Y`` (J, n) with independent noise of variances ``variance`` (J, n) (same units
+    squared), through the affine model ``Y_j = A (V_j - at) + c`` fitted row by row by weighted
+    least squares with the Gaussian prior ``A ~ N(prior_jacobian, prior_sd^2)`` entrywise
+    (``prior_sd`` broadcast to (n, m), > 0). ``c`` is the estimate; its variance is the
+    posterior one. Evaluations the model does not explain (:data:`POOL_OUTLIER_CHI2`) are
+    dropped, farthest from ``at`` first; the last evaluation (row J-1) is always kept.
+
+    With one evaluation at ``at`` this is that evaluation. Unbiased when the rig is affine in
+    the demand over the evaluations used and the variances are right."""
+    V = np.atleast_2d(np.asarray(V, dtype=float))
+    Y = np.atleast_2d(np.asarray(Y, dtype=float))
+    var = np.atleast_2d(np.asarray(variance, dtype=float))
+    J, m = V.shape
+    n = Y.shape[1]
+    if Y.shape != (J, n) or var.shape != (J, n):
+        raise ValueError(f"V {V.shape}, Y {Y.shape} and variance {var.shape} disagree")
+    A0 = np.broadcast_to(np.asarray(prior_jacobian, dtype=float), (n, m))
+    sd = np.broadcast_to(np.asarray(prior_sd, dtype=float), (n, m))
+    if np.any(sd <= 0):
+        raise ValueError("prior_sd must be positive")
+    P = 1.0 / sd**2
+    floor = np.finfo(float).tiny
+    w_all = 1.0 / np.maximum(var, floor)
+    dV_all = V - np.asarray(at, dtype=float)
+    keep = np.arange(J)
+    dist = np.linalg.norm(dV_all, axis=1)
+    while True:
+        c, vc, A, res = _pool_rows(dV_all[keep], Y[keep], w_all[keep], A0, P)
+        chi2 = np.mean(res**2 * w_all[keep], axis=1)
+        if keep.size <= 1 or np.max(chi2) <= POOL_OUTLIER_CHI2:
+            break
+        cand = keep[keep != J - 1]
+        if cand.size == 0:
+            break
+        keep = keep[keep != cand[np.argmax(dist[cand])]]
+    return AffinePool(c, vc, A, keep, chi2)

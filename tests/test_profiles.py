@@ -218,3 +218,18 @@ def test_hbtest_evaluation_fits_through_the_transient_on_the_twin():
     assert e.periods <= cfg.solver.ramp_periods + cfg.test.averaging_periods * 4 + 1
     np.testing.assert_allclose(e.meas.displacement, exact.displacement, rtol=1e-4)
     np.testing.assert_allclose(e.meas.force, exact.force, rtol=1e-3)
+
+
+def test_hbtest_stops_early_as_stalled_at_the_noise_floor_and_says_so():
+    """A tolerance far below what the noise allows: no iteration can get there, so the point
+    stops with ``stalled`` after a Jacobian restart, long before ``max_iterations``, and the
+    message names the noise floor and the harmonic (issue 16: never burn the budget blindly)."""
+    cfg = load_sweep(PAPER, ["test.tolerance_mm=1e-6", "test.accuracy=0"])
+    rig = open_rig(load_rig(cfg.rig_path, cfg.rig_overrides), seed=3)
+    ns = cfg.numerical.substructure()
+    loop = PointLoop(rig, ns, cfg.excitation.force_vector(ns), PointSettings.from_config(cfg))
+    out = loop.run(18.0, Carry())
+    assert out.reason == "stalled" and not out.converged
+    assert out.iterations < cfg.test.max_iterations / 4
+    assert "noise floor" in out.message and "harmonic 1" in out.message
+    assert out.final.norm < 10 * out.final.noise  # it really is at its noise floor

@@ -37,6 +37,16 @@ class SolverProfile(abc.ABC):
         """Periods of the next window, given the residual noise of the last [m]."""
         return window
 
+    def first_record(self, loop) -> int:
+        """Periods of the first record of a transient-fit evaluation."""
+        return max(int(loop.window), int(loop.s.min_window_periods))
+
+    def record_periods(self, loop, total: int, noise: float, norm: float, transient_tol: float, noise_target: float | None) -> int:
+        """Periods the growing record of a transient-fit evaluation should reach, given the
+        ``total`` so far, its residual noise and residual norm [m]; ``noise_target`` [m] from
+        the profile when it sized this evaluation itself (None: the window rule)."""
+        return self.next_window(total, noise, transient_tol, loop.s)
+
     def settled(self, d: float, prev_d: float | None, noise: float, transient_tol: float) -> bool:
         """Is the response settled, given the residual change ``d`` between the last two
         windows (and ``prev_d`` before that)?"""

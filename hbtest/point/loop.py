@@ -16,7 +16,7 @@ The *convergence norm* is always the displacement form, with rotations weighted 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -308,6 +308,9 @@ class PointLoop:
         :func:`hbtest.estimators.fit_through_transient`: (InterfaceMeasurement, over range)."""
         names = list(records[0].data)
         t = np.concatenate([a.t for a in records])
+        # the rig clock of every sample (the record ends at ``elapsed_s``): continuous across
+        # records, unlike the demand time base, for the decays and the mains regressors
+        clock = np.concatenate([a.elapsed_s - (a.t.size - np.arange(a.t.size)) / a.sample_rate_hz for a in records])
         x = np.stack([np.concatenate([a.data[c] for a in records]) for c in names])
         nuisance = self.layout.mains_frequencies if self.profile.reject_mains else ()
         fit_orders = self.orders
@@ -316,7 +319,7 @@ class PointLoop:
             top = max(min(FIT_MAX_ORDER, harmonics.max_usable_harmonic(f, fs)), int(self.orders.max()))
             fit_orders = np.array(sorted({0, *range(1, top + 1), *self.orders.tolist()}))
         keep = np.searchsorted(fit_orders, self.orders)
-        tf = estimators.fit_through_transient(t, x, f, fit_orders, modes, t0=float(t[0]), nuisance_hz=nuisance)
+        tf = estimators.fit_through_transient(t, x, f, fit_orders, modes, t0=float(clock[0]), nuisance_hz=nuisance, clock=clock)
         over = set()
         for a in records:
             over |= set(getattr(a, "overrange", ()))
@@ -336,19 +339,21 @@ class PointLoop:
         self.rig.set_demand(f, self.unpack_voltage(V), self.orders, ramp_periods=self.s.ramp_periods)
         return V, clipped, t0, self.rig.elapsed_s
 
-    def evaluate_through_transient(self, num: NumericalSide, V: np.ndarray, transient_tol: float | None = None, kind: str = "iteration") -> Evaluation:
+    def evaluate_through_transient(self, num: NumericalSide, V: np.ndarray, transient_tol: float | None = None, kind: str = "iteration",
+                                   noise_target: float | None = None) -> Evaluation:
         """Apply ``V``, and instead of waiting for the transient, fit the steady state and the
         free decay of the system's modes together on the record that starts when the ramp
         ends (:mod:`hbtest.estimators`). The record grows (every period measured is kept in
         the fit) until the residual noise meets the profile's window rule
-        (:meth:`SolverProfile.next_window` gives the periods the noise target needs)."""
+        (:meth:`SolverProfile.record_periods` gives the periods the noise target needs;
+        ``noise_target`` [m], when given, is the residual noise this evaluation must reach)."""
         transient_tol = self.s.transient_tolerance if transient_tol is None else transient_tol
         f = num.frequency_hz
         V, clipped, t0, t_ramp = self._apply(f, V)
         modes = self.transient_modes()
         records, lengths = [], []
         total = 0
-        want = max(int(self.window), int(self.s.min_window_periods))
+        want = self.profile.first_record(self)
         windows = 0
         for windows in range(1, max(1, self.profile.max_windows(self.s)) + 1):
             tw = self.rig.elapsed_s
@@ -357,7 +362,7 @@ class PointLoop:
             total = want
             meas, over = self._fit_record(records, f, modes)
             U_N, R, vec, noise = self.residual(num, meas)
-            want = self.profile.next_window(total, noise, transient_tol, self.s)
+            want = self.profile.record_periods(self, total, noise, self.norm(R), transient_tol, noise_target)
             if want <= total or over:
                 break
         self.window = want
@@ -368,15 +373,16 @@ class PointLoop:
         return Evaluation(V.copy(), meas, U_N, R, self.norm(R), vec, Y, noise, periods, windows, True, over, clipped,
                           ramp_periods=(t_ramp - t0) * f, window_periods=(float(sum(lengths)),), kind=kind, acq=records[-1])
 
-    def evaluate(self, num: NumericalSide, V: np.ndarray, transient_tol: float | None = None, kind: str = "iteration") -> Evaluation:
+    def evaluate(self, num: NumericalSide, V: np.ndarray, transient_tol: float | None = None, kind: str = "iteration",
+                 noise_target: float | None = None) -> Evaluation:
         """Apply ``V`` (clipped to the voltage limit), settle, measure. Rig time: ramp +
         windows until the profile judges the residual settled (default tolerance: the test's
         transient tolerance); the profile also sizes the windows, sets the least and most
         windows and measures the change between windows (:meth:`SolverProfile.settle_distance`).
         ``kind``: why the evaluation is made (:data:`EVALUATION_KINDS`), for the rig-time
-        breakdown."""
+        breakdown. ``noise_target``: see :meth:`evaluate_through_transient` (only there)."""
         if self.profile.fit_transient and self.transient_modes() is not None:
-            return self.evaluate_through_transient(num, V, transient_tol, kind)
+            return self.evaluate_through_transient(num, V, transient_tol, kind, noise_target)
         transient_tol = self.s.transient_tolerance if transient_tol is None else transient_tol
         f = num.frequency_hz
         V, clipped, t0, t_ramp = self._apply(f, V)
@@ -405,6 +411,45 @@ class PointLoop:
         periods = (self.rig.elapsed_s - t0) * f
         return Evaluation(V.copy(), meas, U_N, R, self.norm(R), vec, Y, noise, periods, windows, settled, over, clipped,
                           ramp_periods=(t_ramp - t0) * f, window_periods=tuple(lengths), kind=kind, acq=acq)
+
+    def packed_output_variance(self, num: NumericalSide, meas) -> np.ndarray:
+        """Variance of each entry of the packed, weighted rig output ``Y`` of a measurement
+        (a complex coefficient's variance split evenly over its two real parts)."""
+        def packed(v):
+            v = np.nan_to_num(np.asarray(v, dtype=float), nan=0.0)
+            h = np.where(self.orders == 0, v, v / 2)
+            return self.pack2(h - 1j * h)
+        return self.output_scale(num) ** 2 * np.concatenate([packed(meas.displacement_variance), packed(meas.force_variance)])
+
+    def pool(self, num: NumericalSide, evaluations: list, G: np.ndarray, prior_fraction: float) -> tuple[Evaluation, np.ndarray]:
+        """The last of ``evaluations`` (all at this point's frequency) with its measurement
+        replaced by the estimate from all of them (:func:`hbtest.estimators.pool_affine`:
+        the rig output affine in the voltages, prior Jacobian ``G`` with entrywise standard
+        deviation ``prior_fraction`` times the largest entry of its row). Rig time and
+        windows stay the last evaluation's own; the estimate's ``n_periods`` counts every
+        window used. Returns (that evaluation, the fitted rig Jacobian — ``G`` itself when
+        there is only one evaluation)."""
+        last = evaluations[-1]
+        if len(evaluations) == 1 or G is None:
+            return last, G
+        V = np.stack([e.V for e in evaluations])
+        Y = np.stack([e.Y for e in evaluations])
+        var = np.stack([self.packed_output_variance(num, e.meas) for e in evaluations])
+        rowmax = np.max(np.abs(G), axis=1, keepdims=True)
+        sd = prior_fraction * np.maximum(rowmax, np.finfo(float).tiny) * np.ones_like(G)
+        pl = estimators.pool_affine(V, Y, var, last.V, G, sd)
+        n = 2 * self.p
+        scaleY = self.output_scale(num)
+        def unpack(v):
+            return harmonics.unpack(v.reshape(2, self.p), self.orders)
+        def unpack_var(v):
+            u = unpack(v)
+            return np.real(u) - np.imag(u)
+        meas = InterfaceMeasurement(self.orders, unpack(pl.value[:n] / scaleY[:n]), unpack(pl.value[n:] / scaleY[n:]),
+                                    unpack_var(pl.variance[:n] / scaleY[:n] ** 2), unpack_var(pl.variance[n:] / scaleY[n:] ** 2),
+                                    int(sum(evaluations[j].meas.n_periods for j in pl.used)))
+        U_N, R, vec, noise = self.residual(num, meas)
+        return replace(last, meas=meas, U_N=U_N, R=R, norm=self.norm(R), vector=vec, Y=pl.value.copy(), noise=noise), pl.jacobian
 
     def force_residual(self, num: NumericalSide, meas) -> np.ndarray:
         """The force-form residual ``D_N U_P + F_P - F_e``, packed, in newtons: force rows in N,
@@ -474,8 +519,12 @@ class PointLoop:
             carry.solutions.append((frequency_hz, out.final.V.copy(), out.final.Y.copy()))
         return out
 
-    def outcome(self, num: NumericalSide, e: Evaluation, converged: bool, iterations: int, history: list, reason: str) -> PointOutcome:
-        """The outcome of a point that ended at evaluation ``e`` for ``reason``."""
+    def outcome(self, num: NumericalSide, e: Evaluation, converged: bool, iterations: int, history: list, reason: str,
+                message: str | None = None) -> PointOutcome:
+        """The outcome of a point that ended at evaluation ``e`` for ``reason`` (``message``:
+        the profile's own account of it, e.g. what stalled)."""
+        if message is not None:
+            return PointOutcome(num.frequency_hz, e, converged, iterations, 0.0, history, message, reason)
         if reason == "overrange":
             message = f"sensor over range (clipped): {', '.join(e.overrange)} — lower the excitation or extend the channel range"
         elif reason == "converged":
