@@ -190,11 +190,15 @@ def test_reduced_store_records_both_calibrations_and_each_points_method(noisy):
         assert np.array_equal(a.history_channel_coefficients, b.history_channel_coefficients)
         assert np.array_equal(a.history_channel_variance, b.history_channel_variance)
         assert np.all(a.history_channel_variance > 0)
-        # the final row reduced with the run's own layout is exactly what the run stored
+        # the final row reduced with the run's own layout is the final window's measurement:
+        # the run stores the estimate pooled over the point's evaluations (hbtest profile), which
+        # differs from that one window by less than the window's own noise (3 sigma)
         U, F, vU, vF = reduce_evaluations(a.history_channel_coefficients[-1:], a.history_channel_variance[-1:], src.evaluation_channels,
                                           load_rig(MISCAL).sensors, a.frequency_hz, [1], "segment")
-        assert U[0] == pytest.approx(a.interface_displacement, rel=1e-12) and F[0] == pytest.approx(a.interface_force, rel=1e-12)
-        assert vU[0] == pytest.approx(a.displacement_variance, rel=1e-12) and vF[0] == pytest.approx(a.force_variance, rel=1e-12)
+        assert np.all(np.abs(U[0] - a.interface_displacement) <= 3 * np.sqrt(vU[0]))
+        assert np.all(np.abs(F[0] - a.interface_force) <= 3 * np.sqrt(vF[0]))
+        # and pooling only lowers the variance of the estimate below the one window's
+        assert np.all(a.displacement_variance <= vU[0] * (1 + 1e-9)) and np.all(a.force_variance <= vF[0] * (1 + 1e-9))
 
 
 def test_reducing_a_store_with_its_own_calibration_reproduces_it(noisy, tmp_path):

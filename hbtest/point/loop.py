@@ -38,6 +38,8 @@ EVALUATION_KINDS = ("start", "iteration", "line_search", "finite_difference")
 
 #: a channel whose |sample| reaches this fraction of the ADC full scale is taken as clipped
 OVERRANGE_FRACTION = 0.999
+#: prior scale of a zero row of the rig Jacobian when pooling, relative to its largest entry
+POOL_ROW_FLOOR = 1e-6
 
 #: in a multi-harmonic test (more than one solved order: distortion products expected), the
 #: fit through the transient also estimates DC and every harmonic up to this order (or the
@@ -430,13 +432,16 @@ class PointLoop:
         window used. Returns (that evaluation, the fitted rig Jacobian — ``G`` itself when
         there is only one evaluation)."""
         last = evaluations[-1]
-        if len(evaluations) == 1 or G is None:
-            return last, G
+        if len(evaluations) == 1 or G is None or not np.any(G):
+            return last, G  # nothing to pool, or no Jacobian known yet (an all-zero G is no prior)
         V = np.stack([e.V for e in evaluations])
         Y = np.stack([e.Y for e in evaluations])
         var = np.stack([self.packed_output_variance(num, e.meas) for e in evaluations])
+        # a row of G that is zero (an output the voltages do not reach, e.g. on a noise-free
+        # twin) takes the scale of the whole G, so its prior precision stays finite
         rowmax = np.max(np.abs(G), axis=1, keepdims=True)
-        sd = prior_fraction * np.maximum(rowmax, np.finfo(float).tiny) * np.ones_like(G)
+        floor = POOL_ROW_FLOOR * max(float(np.max(np.abs(G))), np.finfo(float).tiny)
+        sd = prior_fraction * np.maximum(rowmax, floor) * np.ones_like(G)
         pl = estimators.pool_affine(V, Y, var, last.V, G, sd)
         n = 2 * self.p
         scaleY = self.output_scale(num)
@@ -447,7 +452,9 @@ class PointLoop:
             return np.real(u) - np.imag(u)
         meas = InterfaceMeasurement(self.orders, unpack(pl.value[:n] / scaleY[:n]), unpack(pl.value[n:] / scaleY[n:]),
                                     unpack_var(pl.variance[:n] / scaleY[:n] ** 2), unpack_var(pl.variance[n:] / scaleY[n:] ** 2),
-                                    int(sum(evaluations[j].meas.n_periods for j in pl.used)))
+                                    int(sum(evaluations[j].meas.n_periods for j in pl.used)),
+                                    # the raw channels stay the last window's own (re-reduction input)
+                                    raw_channels=getattr(last.meas, "raw_channels", None))
         U_N, R, vec, noise = self.residual(num, meas)
         return replace(last, meas=meas, U_N=U_N, R=R, norm=self.norm(R), vector=vec, Y=pl.value.copy(), noise=noise), pl.jacobian
 
