@@ -106,9 +106,11 @@ def check_run(cfg: SweepConfig, rig_cfg) -> None:
     more points than a store holds. Each refusal names the file and key and says why."""
     from .errors import ConfigError
 
+    from .family import store_orders
+
     src = cfg.source.path
     fs = rig_cfg.sample_rate_hz
-    kmax = max(cfg.sweep.harmonics)
+    kmax = max(store_orders(cfg.sweep, fs))
     top = kmax * cfg.sweep.stop_hz
     if top >= fs / NYQUIST_MARGIN:
         raise ConfigError(
@@ -131,10 +133,10 @@ def check_run(cfg: SweepConfig, rig_cfg) -> None:
             "a nonlinear numerical substructure needs the force form (test.residual = \"force\"): the displacement form"
             " needs U_N(F_P), which a hardening or contact structure may not reach from zero load",
         )
-    if cfg.sweep.points > MAX_POINTS:
+    if cfg.sweep.frequencies_hz.size > MAX_POINTS:
         raise ConfigError(
             src, "sweep.points",
-            f"{cfg.sweep.points} points exceed the {MAX_POINTS} one store holds (each point is one chunk file per variable); split the band into several sweeps",
+            f"{cfg.sweep.frequencies_hz.size} points (all force levels) exceed the {MAX_POINTS} one store holds (each point is one chunk file per variable); split the band into several sweeps",
         )
 
 
@@ -235,8 +237,9 @@ def _close(rig) -> str:
 def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
     """Run the unfinished points of ``store`` on the open ``rig``. Returns the final status;
     raises RigFault / StoreWriteError / KeyboardInterrupt after marking the store."""
+    from .family import FamilyRunner
+
     freqs = cfg.sweep.frequencies_hz
-    orders = np.asarray(cfg.sweep.harmonics)
     settings = PointSettings.from_config(cfg)
     ns = cfg.numerical.numerical_substructure()  # linear, or nonlinear elements by AFT harmonic balance
     F = cfg.excitation.force_vector(ns)
@@ -250,18 +253,18 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
     policy = _Stop(progress)
     try:
         with _signals(policy):
-            loop = PointLoop(rig, ns, F, settings)
-            carry = _seed_carry(store, orders, todo[0]) if todo else Carry()
             # the twin's exact reference is of the linear emulated structure: none for a
             # nonlinear numerical side
             reference = getattr(rig, "emulated_interface_response", None) if not cfg.numerical.nonlinear else None
+            # force levels, active harmonics (auto), sync metrics: hbtest.family
+            runner = FamilyRunner(cfg, store, rig, ns, F, settings, progress, reference, record=point_record)
+            carry = runner.seed(todo[0]) if todo else Carry()
             say(RunStarted(cfg.name, str(store.path), desc.identity, cfg.solver.profile, len(todo), freqs.size, store.attrs.get("seed")))
             status = "completed"
             for n, i in enumerate(todo, 1):
-                out = loop.run(float(freqs[i]), carry)
-                ref = reference(ns.substructure, F, float(freqs[i]), orders) if reference is not None else None
+                out, rec, carry = runner.run_point(i, carry)
                 try:
-                    store.write_point(i, point_record(out, orders, loop.n_act, cfg.excitation.amplitude, ref))
+                    store.write_point(i, rec)
                 except OSError as e:
                     status, cause, reason = "interrupted", "store", f"cannot write point {i} ({freqs[i]:g} Hz) to {store.path}: {e.strerror or e}"
                     raise StoreWriteError(f"{store.path}: {reason.split(': ', 1)[-1]}; the run stopped, free the space and `hbtest resume {store.path}`") from None
@@ -314,6 +317,13 @@ def _finish(cfg, store: RunStore, rig, progress, plot):
         png = bode_png(store.path)
         if progress:
             progress(PlotWritten(str(png)))
+        from .family import has_levels
+        from .plot import family_png
+
+        if has_levels(store.dataset()):
+            png = family_png(store.path)
+            if progress:
+                progress(PlotWritten(str(png)))
     if progress:
         progress(_summary(store, status, round(time.monotonic() - t0, 3)))
     return store.dataset()
@@ -342,12 +352,19 @@ def run(cfg: SweepConfig, store_path=None, progress=None, overwrite: bool = Fals
             progress(LockTakenOver(str(path), lock.taken_over))
         rig, used_seed = _open_rig(rig_cfg, seed)
         try:
+            from .family import slot_amplitudes, slot_legs, store_orders
+
+            orders = store_orders(cfg.sweep, rig_cfg.sample_rate_hz)
             store = RunStore.create(
                 path,
                 frequencies_hz=cfg.sweep.frequencies_hz,
-                harmonics=cfg.sweep.harmonics,
+                harmonics=orders,
                 actuators=rig_cfg.actuators,
-                max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), cfg.sweep.harmonics) - 1,
+                max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), orders) - 1,
+                legs=slot_legs(cfg.sweep),
+                force_levels=slot_amplitudes(cfg.sweep, cfg.excitation.amplitude) if cfg.sweep.force_levels else None,
+                sync=True,
+                harmonic_active=True,
                 attrs=_store_attrs(cfg, rig_cfg, overrides, used_seed),
                 overwrite=overwrite,
                 reference=hasattr(rig, "emulated_interface_response"),
@@ -401,9 +418,12 @@ def resume(store_path, progress=None, seed=None, plot: bool | None = None):
             rig_cfg = load_rig(a["rig_path"], a.get("rig_overrides", ()), text=a["rig_text"])
         except KeyError as e:
             raise UserError(f"{store_path}: not a store written by 'hbtest sweep' (missing attribute {e})") from None
+        from .family import store_orders
+
+        orders = store_orders(cfg.sweep, rig_cfg.sample_rate_hz)
         store.check_compatible(
-            frequencies_hz=cfg.sweep.frequencies_hz, harmonics=cfg.sweep.harmonics, actuators=rig_cfg.actuators,
-            max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), cfg.sweep.harmonics) - 1,
+            frequencies_hz=cfg.sweep.frequencies_hz, harmonics=orders, actuators=rig_cfg.actuators,
+            max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), orders) - 1,
         )
         stored_seed = a.get("seed")
         rig, _ = _open_rig(rig_cfg, stored_seed if seed is None else seed)
