@@ -38,6 +38,12 @@ motion's amplitude) is activated and the point is **measured again** with it bal
 activation is kept for the rest of the sweep (never dropped: a harmonic that mattered once is
 still cheap to balance). Inactive harmonics are NaN in the store; the boolean
 ``harmonic_active`` (frequency, harmonic) says which orders each point balanced.
+
+A linear physical substructure driven at the active orders moves at those orders only, so the
+measured fraction sees the *physical* side's nonlinearity (and the actuators'). A nonlinear
+numerical substructure's harmonics are seen on the numerical side: its harmonic balance over
+all candidates under the measured interface force (:func:`numerical_power_fractions`); the
+larger of the two fractions decides.
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ __all__ = [
     "slot_legs",
     "harmonic_power_fractions",
     "orders_to_activate",
+    "numerical_power_fractions",
     "expand_record",
     "peak_parabola",
     "backbone",
@@ -145,6 +152,33 @@ def harmonic_power_fractions(acq, layout, max_order: int, method: str = "segment
     total = power.sum(axis=-1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
         return orders[1:], np.where(total > 0, power / total, np.nan)
+
+
+def numerical_power_fractions(ns, frequency_hz: float, active, candidates, F_P, force_vector) -> dict:
+    """``{order: fraction}``: the numerical side's share of the interface motion's power at
+    each candidate order, from its harmonic balance over all ``candidates`` under the measured
+    interface force ``F_P`` (given at the ``active`` orders, zero at the others) — what a
+    nonlinear numerical substructure would make of harmonics the rig is not driving (a linear
+    one makes none: ``{}``). Fractions are of ``|U_N,k|^2`` summed over the candidates, the
+    larger of u and theta (theta weighted as u: each DOF on its own)."""
+    if getattr(ns, "is_linear", True) or not hasattr(ns, "interface_response"):
+        return {}
+    from .numerical import HarmonicBalanceError
+
+    cand = [int(k) for k in candidates]
+    F = np.zeros((2, len(cand)), dtype=complex)
+    for j, k in enumerate(int(k) for k in active):
+        F[:, cand.index(k)] = np.asarray(F_P)[:, j]
+    try:
+        U = ns.interface_response(frequency_hz, np.asarray(cand), F, force_vector).displacement
+    except (HarmonicBalanceError, np.linalg.LinAlgError):
+        return {}
+    P = np.abs(np.asarray(U)) ** 2
+    P = np.where(np.asarray(cand) == 0, 0.0, 1.0) * P  # DC is no dynamic energy
+    total = P.sum(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        fr = np.where(total > 0, P / total, np.nan)
+    return {k: float(np.nanmax(fr[:, j])) if np.isfinite(fr[:, j]).any() else np.nan for j, k in enumerate(cand)}
 
 
 def orders_to_activate(fractions_by_order: dict, active, candidates, threshold: float) -> tuple[int, ...]:
@@ -415,6 +449,9 @@ class FamilyRunner:
         ks, fr = harmonic_power_fractions(out.final.acq, self.loop.layout, max(max(self.orders), EXCLUDED_MAX_ORDER),
                                           self.settings.force_method, self.loop.profile.reject_mains)
         worst = {int(k): float(np.nanmax(fr[:, j])) if np.isfinite(fr[:, j]).any() else np.nan for j, k in enumerate(ks)}
+        for k, v in numerical_power_fractions(self.ns, float(out.frequency_hz), self.active, self.orders, out.final.meas.force,
+                                              self.loop.force_vector).items():
+            worst[k] = float(np.nanmax([worst.get(k, np.nan), v]))
         self.last_fractions = worst
         new = orders_to_activate(worst, self.active, self.orders, self.cfg.sweep.auto_threshold)
         return new
