@@ -37,6 +37,14 @@ final acquisition window of each point (``raw_length`` valid samples from demand
 ``hbtest reduce`` (:mod:`hbtest.calibration.reduce`). Stores of schema 1-2 have none and stay
 readable.
 
+Sync metrics and families (issue 15; optional, absent from older stores): a store created with
+``sync`` holds ``numerical_force`` (frequency, dof, harmonic) [N, N m], the NS counterpart of
+``interface_force``, and ``sync_amplitude_ratio`` [1] / ``sync_phase_deg`` [deg] over
+(frequency, ``variable`` = u, theta, T, M, harmonic) (:mod:`hbtest.sync`); with
+``harmonic_active`` the boolean (frequency, harmonic) of the orders each point balanced
+(``sweep.harmonics = "auto"``: the others are NaN); a stepped-force family has the per-slot
+coordinate ``force_level`` [N] (:mod:`hbtest.family`).
+
 Group attributes: ``hbtest_store`` (= ``"run"``), ``schema_version``, the verbatim sweep and
 rig definition texts with their SHA-256 and paths, ``rig_identity``, ``overrides``,
 ``profile``, ``versions`` (python and package versions), ``git_commit`` / ``git_dirty``
