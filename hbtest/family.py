@@ -456,11 +456,18 @@ class FamilyRunner:
         new = orders_to_activate(worst, self.active, self.orders, self.cfg.sweep.auto_threshold)
         return new
 
-    def run_point(self, i: int, carry):
-        """Run slot ``i``; returns ``(outcome, record over the store's orders, carry for the next slot)``."""
+    @property
+    def force_vector(self) -> np.ndarray:
+        """The external force vector of the slot last run [N]."""
+        return self.loop.force_vector
+
+    def run(self, i: int, carry):
+        """Run slot ``i`` at its force level with the active orders (measuring it again when
+        ``"auto"`` activates a harmonic); returns ``(outcome, carry for the next slot)``. The
+        outcome is over :attr:`active`; build its record over those orders and pass it to
+        :meth:`finish`."""
         from .events import Notice
-        from .point import Carry, NumericalSide
-        from .sync import point_sync
+        from .point import Carry
 
         f = float(self.freqs[i])
         if i > 0 and self.levels[i] != self.levels[i - 1]:
@@ -485,16 +492,31 @@ class FamilyRunner:
             rig_periods = out.rig_periods
             out = self.loop.run(f, carry)
             out.rig_periods += rig_periods  # the first measurement is rig time of this point too
+        return out, carry
+
+    def finish(self, i: int, out, rec):
+        """The store's record of slot ``i``: ``rec`` (built over :attr:`active`) with the
+        sync metrics (:mod:`hbtest.sync`) and spread over the store's orders."""
+        from .point import NumericalSide
+        from .sync import point_sync
+
         act = np.asarray(self.active)
-        ref = self.reference(self.ns.substructure, self.loop.force_vector, f, act) if self.reference is not None else None
-        rec = self.record(out, act, self.n_act, float(self.amps[i]), ref)
         if out.final is not None:
             e = out.final
-            num = NumericalSide.build(self.ns, self.loop.force_vector, f, act)
+            num = NumericalSide.build(self.ns, self.loop.force_vector, float(self.freqs[i]), act)
             F_N = np.asarray(e.meas.force) - num.force_residual(e.meas.displacement, e.meas.force)
             ratio, phase = point_sync(e.meas.displacement, e.meas.force, e.U_N, F_N)
             rec = replace(rec, numerical_force=F_N, sync_amplitude_ratio=ratio, sync_phase_deg=phase)
         rec = expand_record(rec, act, self.orders)
         if out.converged:
             self.voltages[i] = rec.voltage
-        return out, rec, carry
+        return rec
+
+    def run_point(self, i: int, carry):
+        """:meth:`run` then :meth:`finish` with the ``record`` callable and the reference given
+        at construction; returns ``(outcome, record over the store's orders, carry)``."""
+        out, carry = self.run(i, carry)
+        act = np.asarray(self.active)
+        f = float(self.freqs[i])
+        ref = self.reference(self.ns.substructure, self.loop.force_vector, f, act) if self.reference is not None else None
+        return out, self.finish(i, out, self.record(out, act, self.n_act, float(self.amps[i]), ref)), carry
