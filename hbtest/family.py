@@ -207,11 +207,15 @@ def expand_record(rec, active, orders):
         out[..., idx] = a
         return out
 
+    from dataclasses import fields
+
+    present = {fl.name for fl in fields(rec)}
     changes = {name: grow(getattr(rec, name), complex) for name in (
         "interface_displacement", "interface_force", "numerical_displacement", "external_force", "voltage",
-        "history_voltage", "history_residual", "numerical_force", "sync_amplitude_ratio", "sync_phase_deg")}
-    for name in ("sync_amplitude_ratio", "sync_phase_deg"):
-        if changes[name] is not None:
+        "history_voltage", "history_residual", "numerical_force", "sync_amplitude_ratio", "sync_phase_deg",
+        "history_channel_coefficients", "history_channel_variance") if name in present}
+    for name in ("sync_amplitude_ratio", "sync_phase_deg", "history_channel_variance"):
+        if changes.get(name) is not None:
             changes[name] = changes[name].real
     changes["displacement_variance"] = grow(rec.displacement_variance, float)
     changes["force_variance"] = grow(rec.force_variance, float)
