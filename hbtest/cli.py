@@ -14,7 +14,7 @@ import warnings
 from . import __version__
 from .errors import Terminated, UserError
 
-COMMANDS = ("design", "sweep", "resume", "plot", "export", "stability", "classical", "compare", "serve", "rig", "modal", "campaign", "calibrate", "reduce")
+COMMANDS = ("design", "sweep", "resume", "plot", "export", "stability", "classical", "compare", "serve", "rig", "modal", "campaign", "calibrate", "reduce", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:

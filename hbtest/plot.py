@@ -9,6 +9,12 @@
 - :func:`convergence_figure` / :func:`convergence_png` — residual norm per iteration for
   every finished point (log scale, coloured by frequency; dashed: did not converge) with the
   tolerance line.
+- :func:`family_figure` / :func:`family_png` — a stepped-force family (``sweep.force_levels``,
+  :mod:`hbtest.family`): interface amplitude ``|u_1|`` [m] against frequency, one curve per
+  force level (converged points joined in test order within each leg, so a traced curve that
+  turns back in frequency is drawn as traced), the backbone through the levels' peaks
+  (:func:`hbtest.family.backbone`: parabola through the three highest points), and below the
+  receptance ``|u_1|/F`` [m/N] of every level (equal for a linear structure).
 
 PNG files go next to the store by default: ``runs/x.zarr`` gives ``runs/x-bode.png`` and
 ``runs/x-convergence.png``.
@@ -28,12 +34,14 @@ __all__ = [
     "convergence_figure",
     "bode_png",
     "convergence_png",
+    "family_figure",
+    "family_png",
     "default_png_path",
     "KINDS",
     "BAND_FACTOR",
 ]
 
-KINDS = ("bode", "convergence")
+KINDS = ("bode", "convergence", "family")
 #: half-width of the uncertainty band on the Bode plot, in standard uncertainties
 BAND_FACTOR = 2.0
 
@@ -222,3 +230,66 @@ def convergence_png(store_path, out_path=None) -> Path:
 
     ds = open_run(store_path)
     return _save(convergence_figure(ds), out_path or default_png_path(store_path, "convergence"))
+
+
+def family_figure(ds, dof: str = "u", harmonic: int = 1):
+    """The stepped-force family of a run dataset with its backbone (see module docstring).
+    Points are drawn in test order within each leg (not sorted by frequency)."""
+    from matplotlib import colormaps
+
+    from .family import backbone
+
+    fig = _figure(8.0, 7.5)
+    ax, ar = fig.subplots(2, 1, sharex=True)
+    done = np.asarray(ds["done"].values, dtype=bool)
+    conv = np.asarray(ds["converged"].values, dtype=bool) & done
+    f = np.asarray(ds["frequency"].values, dtype=float)
+    leg = np.asarray(ds["leg"].values) if "leg" in ds.coords else np.zeros(f.size, int)
+    if "force_level" in ds.coords:
+        lev = np.asarray(ds["force_level"].values, dtype=float)
+    else:
+        k1 = list(np.asarray(ds["harmonic"].values)).index(1)
+        lev = np.abs(np.asarray(ds["external_force"].values)[:, k1])
+    U = np.abs(np.asarray(ds["interface_displacement"].sel(dof=dof, harmonic=harmonic).values))
+    levels = np.unique(lev[np.isfinite(lev)])
+    cmap = colormaps["viridis"]
+    unit = "m" if dof == "u" else "rad"
+    for n, F in enumerate(levels):
+        color = cmap(n / max(1, levels.size - 1))
+        first = True
+        for lg in np.unique(leg[lev == F]):
+            sel = np.flatnonzero((lev == F) & (leg == lg) & conv & np.isfinite(U))  # test order
+            if sel.size == 0:
+                continue
+            lab = f"F = {F:.4g} N" if first else None
+            first = False
+            ax.plot(f[sel], U[sel], "o-", ms=3, lw=0.9, color=color, label=lab)
+            ar.plot(f[sel], U[sel] / F, "o-", ms=3, lw=0.9, color=color)
+        bad = np.flatnonzero((lev == F) & done & ~conv & np.isfinite(U))
+        if bad.size:
+            ax.plot(f[bad], U[bad], "x", color="red", ms=6, mew=1.2)
+    bb = backbone(ds, dof, harmonic)
+    ok = np.isfinite(bb.frequency_hz)
+    if ok.any():
+        ax.plot(bb.frequency_hz[ok], bb.amplitude[ok], "s--", color="black", ms=5, lw=1.2, label="backbone (peak per level)")
+        ar.plot(bb.frequency_hz[ok], bb.amplitude[ok] / bb.force_n[ok], "s", color="black", ms=5)
+    if not conv.any():
+        ax.text(0.5, 0.5, "no converged points", transform=ax.transAxes, ha="center")
+    ax.set_ylabel(f"|{'θ' if dof == 'theta' else dof}_{harmonic}| [{unit}]")
+    ar.set_ylabel(f"|{'θ' if dof == 'theta' else dof}_{harmonic}|/F [{unit}/N]")
+    ar.set_xlabel("frequency [Hz]")
+    for a in (ax, ar):
+        a.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{_title(ds)}\nstepped-force family, {levels.size} levels, {int(conv.sum())}/{done.size} points converged; "
+                 "backbone: parabola through the three highest points", fontsize=10)
+    return fig
+
+
+def family_png(store_path, out_path=None, dof: str = "u", harmonic: int = 1) -> Path:
+    """Write the family plot of a run store (default next to the store); returns the path."""
+    from .store import open_run
+
+    ds = open_run(store_path)
+    return _save(family_figure(ds, dof, harmonic), out_path or default_png_path(store_path, "family"))

@@ -107,9 +107,11 @@ def check_run(cfg: SweepConfig, rig_cfg) -> None:
     more points than a store holds. Each refusal names the file and key and says why."""
     from .errors import ConfigError
 
+    from .family import store_orders
+
     src = cfg.source.path
     fs = rig_cfg.sample_rate_hz
-    kmax = max(cfg.sweep.harmonics)
+    kmax = max(store_orders(cfg.sweep, fs))
     top = kmax * cfg.sweep.stop_hz
     if top >= fs / NYQUIST_MARGIN:
         raise ConfigError(
@@ -132,10 +134,10 @@ def check_run(cfg: SweepConfig, rig_cfg) -> None:
             "a nonlinear numerical substructure needs the force form (test.residual = \"force\"): the displacement form"
             " needs U_N(F_P), which a hardening or contact structure may not reach from zero load",
         )
-    if cfg.sweep.points > MAX_POINTS:
+    if cfg.sweep.frequencies_hz.size > MAX_POINTS:
         raise ConfigError(
             src, "sweep.points",
-            f"{cfg.sweep.points} points exceed the {MAX_POINTS} one store holds (each point is one chunk file per variable); split the band into several sweeps",
+            f"{cfg.sweep.frequencies_hz.size} points (all force levels) exceed the {MAX_POINTS} one store holds (each point is one chunk file per variable); split the band into several sweeps",
         )
 
 
@@ -246,9 +248,10 @@ def _close(rig) -> str:
 def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
     """Run the unfinished points of ``store`` on the open ``rig``. Returns the final status;
     raises RigFault / StoreWriteError / KeyboardInterrupt after marking the store."""
+    from .family import FamilyRunner
+
     freqs = store.frequencies_hz  # as applied (hbtest.design.mains may move a point off a mains multiple)
     requested = cfg.sweep.frequencies_hz
-    orders = np.asarray(cfg.sweep.harmonics)
     settings = PointSettings.from_config(cfg)
     ns = cfg.numerical.numerical_substructure()  # linear, or nonlinear elements by AFT harmonic balance
     F = cfg.excitation.force_vector(ns)
@@ -266,11 +269,12 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
     policy = _Stop(progress)
     try:
         with _signals(policy):
-            loop = PointLoop(rig, ns, F, settings)
-            carry = _seed_carry(store, orders, todo[0]) if todo else Carry()
             # the twin's exact reference of the emulated structure (linear closed form, or
             # harmonic balance of the joined nonlinear structure continued along the sweep)
             reference = sweep_reference(rig, ns)
+            # force levels, active harmonics (auto), sync metrics: hbtest.family
+            runner = FamilyRunner(cfg, store, rig, ns, F, settings, progress)
+            carry = runner.seed(todo[0]) if todo else Carry()
             say(RunStarted(cfg.name, str(store.path), desc.identity, cfg.solver.profile, len(todo), freqs.size, store.attrs.get("seed")))
             for i in todo:
                 if freqs[i] != requested[i]:
@@ -279,14 +283,15 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
                     say(Notice(f"warning: point {i + 1}: {notes[i]}"))
             status = "completed"
             for n, i in enumerate(todo, 1):
-                out = loop.run(float(freqs[i]), carry)
+                out, carry = runner.run(i, carry)
+                orders = np.asarray(runner.active)
                 out.message = explain_stop(out.message, out.reason, float(freqs[i]), orders, desc.sensors, cfg.test.averaging_periods,
                                            [h.norm for h in out.history])
-                ref = reference(ns.substructure, F, float(freqs[i]), orders) if reference is not None else None
+                ref = reference(ns.substructure, runner.force_vector, float(freqs[i]), orders) if reference is not None else None
+                rec = point_record(out, orders, runner.n_act, float(runner.amps[i]), ref,
+                                   n_ch=len(store.evaluation_channels) or None, requested_hz=float(requested[i]), note=notes[i])
                 try:
-                    store.write_point(i, point_record(out, orders, loop.n_act, cfg.excitation.amplitude, ref,
-                                                      n_ch=len(store.evaluation_channels) or None,
-                                                      requested_hz=float(requested[i]), note=notes[i]))
+                    store.write_point(i, runner.finish(i, out, rec))
                 except OSError as e:
                     status, cause, reason = "interrupted", "store", f"cannot write point {i} ({freqs[i]:g} Hz) to {store.path}: {e.strerror or e}"
                     raise StoreWriteError(f"{store.path}: {reason.split(': ', 1)[-1]}; the run stopped, free the space and `hbtest resume {store.path}`") from None
@@ -339,6 +344,13 @@ def _finish(cfg, store: RunStore, rig, progress, plot):
         png = bode_png(store.path)
         if progress:
             progress(PlotWritten(str(png)))
+        from .family import has_levels
+        from .plot import family_png
+
+        if has_levels(store.dataset()):
+            png = family_png(store.path)
+            if progress:
+                progress(PlotWritten(str(png)))
     if progress:
         progress(_summary(store, status, round(time.monotonic() - t0, 3)))
     return store.dataset()
@@ -373,12 +385,19 @@ def run(cfg: SweepConfig, store_path=None, progress=None, overwrite: bool = Fals
             progress(LockTakenOver(str(path), lock.taken_over))
         rig, used_seed = _open_rig(rig_cfg, seed)
         try:
+            from .family import slot_amplitudes, slot_legs, store_orders
+
+            orders = store_orders(cfg.sweep, rig_cfg.sample_rate_hz)
             store = RunStore.create(
                 path,
                 frequencies_hz=plan.applied_hz,
-                harmonics=cfg.sweep.harmonics,
+                harmonics=orders,
                 actuators=rig_cfg.actuators,
-                max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), cfg.sweep.harmonics) - 1,
+                max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), orders) - 1,
+                legs=slot_legs(cfg.sweep),
+                force_levels=slot_amplitudes(cfg.sweep, cfg.excitation.amplitude) if cfg.sweep.force_levels else None,
+                sync=True,
+                harmonic_active=True,
                 attrs=_store_attrs(cfg, rig_cfg, overrides, used_seed),
                 overwrite=overwrite,
                 reference=hasattr(rig, "emulated_interface_response"),
@@ -434,10 +453,12 @@ def resume(store_path, progress=None, seed=None, plot: bool | None = None):
         except KeyError as e:
             raise UserError(f"{store_path}: not a store written by 'hbtest sweep' (missing attribute {e})") from None
         from .design import plan_mains
+        from .family import store_orders
 
+        orders = store_orders(cfg.sweep, rig_cfg.sample_rate_hz)
         store.check_compatible(
-            frequencies_hz=plan_mains(cfg, rig_cfg.sensors).applied_hz if store.has_point_notes else cfg.sweep.frequencies_hz, harmonics=cfg.sweep.harmonics, actuators=rig_cfg.actuators,
-            max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), cfg.sweep.harmonics) - 1,
+            frequencies_hz=plan_mains(cfg, rig_cfg.sensors).applied_hz if store.has_point_notes else cfg.sweep.frequencies_hz, harmonics=orders, actuators=rig_cfg.actuators,
+            max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), orders) - 1,
         )
         stored_seed = a.get("seed")
         rig, _ = _open_rig(rig_cfg, stored_seed if seed is None else seed)

@@ -1,4 +1,5 @@
-"""``hbtest plot STORE [--out DIR] [--kind bode|convergence|all]``: PNG plots of a run."""
+"""``hbtest plot STORE [--out DIR] [--kind bode|convergence|family|all]``: PNG plots of a run
+(``all``: the family plot too when the store is a stepped-force family)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ def register(sub) -> None:
     p = sub.add_parser("plot", help="plot a run store: Bode plot of the interface FRFs, solver convergence")
     p.add_argument("store", metavar="STORE", help="run store (.zarr directory)")
     p.add_argument("--out", metavar="DIR", default=None, help="directory for the PNG files (default: next to the store)")
-    p.add_argument("--kind", choices=("bode", "convergence", "all"), default="all", help="which plot (default: all)")
+    p.add_argument("--kind", choices=("bode", "convergence", "family", "all"), default="all", help="which plot (default: all)")
     p.add_argument("--sync", metavar="INDEX", type=int, default=None, help="also print the synchronisation table of the point in slot INDEX")
     p.set_defaults(func=run)
 
@@ -18,13 +19,14 @@ def run(args) -> int:
     from ..errors import UserError
     from ..export import check_intact
     from ..frf import format_sync_table, sync_table
-    from ..plot import bode_png, convergence_png, default_png_path
+    from ..family import has_levels
+    from ..plot import bode_png, convergence_png, default_png_path, family_png
     from ..store import open_run
 
     check_intact(args.store)  # UserError for a missing, foreign or damaged store
     ds = open_run(args.store)
-    kinds = ("bode", "convergence") if args.kind == "all" else (args.kind,)
-    writers = {"bode": bode_png, "convergence": convergence_png}
+    kinds = ("bode", "convergence") + (("family",) if has_levels(ds) else ()) if args.kind == "all" else (args.kind,)
+    writers = {"bode": bode_png, "convergence": convergence_png, "family": family_png}
     for kind in kinds:
         target = default_png_path(args.store, kind)
         if args.out is not None:

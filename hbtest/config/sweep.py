@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..schema import BeamSpec, Section, SourceFile, read_beam
+from .family import AUTO_THRESHOLD, MAX_AUTO_HARMONIC
 from ..numerical.table import CONTACT_SIDES, NONLINEAR_DOFS, NonlinearElementSpec, read_element_tables
 from .files import load_toml
 
@@ -81,19 +82,35 @@ class SweepSpec:
     harmonics: tuple[int, ...]
     on_trip: str = "stop"  # a trip of the rig's safety layer: stop the sweep, or go on
     on_overrange: str = "continue"  # a clipped sensor channel: go on to the next point, or stop
+    # stepped-force family (hbtest.family): external force amplitudes [N], one leg each; () = one
+    # leg at excitation.amplitude_n
+    force_levels: tuple[float, ...] = ()
+    # harmonics = "auto" (hbtest.family): ``harmonics`` then holds the candidates 1..max_harmonic
+    # (and ``forced``), the test starts with [1] + forced and activates a candidate whose
+    # excluded power fraction exceeds auto_threshold
+    auto_harmonics: bool = False
+    max_harmonic: int = MAX_AUTO_HARMONIC
+    auto_threshold: float = AUTO_THRESHOLD
+    forced_harmonics: tuple[int, ...] = ()
     # a forcing harmonic on a mains multiple: move the point off it (recorded), or keep it
     # where asked (hbtest.design.mains)
     mains_coincidence: str = "move"
 
     @property
-    def frequencies_hz(self) -> np.ndarray:
-        """Frequencies in the order they are tested."""
+    def grid_hz(self) -> np.ndarray:
+        """Frequencies of one leg (one force level) in the order they are tested."""
         f = np.linspace(self.start_hz, self.stop_hz, self.points)
         if self.direction == "down":
             return f[::-1].copy()
         if self.direction == "up-down":
             return np.concatenate([f, f[-2::-1]])
         return f
+
+    @property
+    def frequencies_hz(self) -> np.ndarray:
+        """Frequencies in the order they are tested (the grid once per force level)."""
+        f = self.grid_hz
+        return np.tile(f, len(self.force_levels)) if self.force_levels else f
 
 
 @dataclass(frozen=True)
@@ -177,9 +194,9 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
     stop = sw.number("stop_hz", positive=True)
     if stop <= start:
         raise sw.error("stop_hz", f"sweep band is empty: stop_hz ({stop:g}) must exceed start_hz ({start:g})")
-    harmonics = sw.numbers("harmonics", [1], integer=True, nonnegative=True)
-    if not harmonics or len(set(harmonics)) != len(harmonics) or max(harmonics) == 0:
-        raise sw.error("harmonics", "needs distinct orders including at least one k >= 1")
+    from .family import read_family_fields
+
+    harmonics, family = read_family_fields(sw)
     sweep = SweepSpec(
         start_hz=start,
         stop_hz=stop,
@@ -188,6 +205,7 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
         harmonics=tuple(sorted(harmonics)),
         on_trip=sw.string("on_trip", "stop", choices=("stop", "continue")),
         on_overrange=sw.string("on_overrange", "continue", choices=("continue", "stop")),
+        **family,
         mains_coincidence=sw.string("mains_coincidence", "move", choices=("move", "keep")),
     )
     sw.finish()

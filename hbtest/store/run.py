@@ -37,6 +37,13 @@ final acquisition window of each point (``raw_length`` valid samples from demand
 ``hbtest reduce`` (:mod:`hbtest.calibration.reduce`). Stores of schema 1-2 have none and stay
 readable.
 
+Sync metrics and families (issue 15; optional, absent from older stores): a store created with
+``sync`` holds ``numerical_force`` (frequency, dof, harmonic) [N, N m], the NS counterpart of
+``interface_force``, and ``sync_amplitude_ratio`` [1] / ``sync_phase_deg`` [deg] over
+(frequency, ``variable`` = u, theta, T, M, harmonic) (:mod:`hbtest.sync`); with
+``harmonic_active`` the boolean (frequency, harmonic) of the orders each point balanced
+(``sweep.harmonics = "auto"``: the others are NaN); a stepped-force family has the per-slot
+coordinate ``force_level`` [N] (:mod:`hbtest.family`).
 Evaluation records (optional: a store created with ``channels``): dimension ``channel``
 (names, the rig layout's order); ``history_channel_coefficients`` [V] and
 ``history_channel_variance`` [V^2] (frequency, iteration, channel, harmonic) hold the RAW
@@ -78,6 +85,7 @@ __all__ = [
     "DOFS",
     "SCHEMA_VERSION",
     "RAW_VARIABLES",
+    "SYNC_VARIABLES",
     "EVALUATION_VARIABLES",
     "tolerance_from_attrs",
 ]
@@ -121,6 +129,14 @@ class PointRecord:
     # t [s, demand time base], data channel -> raw volts, n_periods); stored only by a store
     # created with raw records (:meth:`RunStore.create` ``raw_records``)
     raw_record: object | None = None
+    # the NS counterpart of interface_force: F_P*(U_P), the interface force under which the
+    # numerical substructure moves by the measured U_P (hbtest.sync); None: not computed
+    numerical_force: np.ndarray | None = None  # (2, n_orders) complex [N, N m]
+    # sync metrics over hbtest.sync.VARIABLES (u, theta, T, M): |PS|/|NS| and arg(PS/NS) [deg]
+    sync_amplitude_ratio: np.ndarray | None = None  # (4, n_orders) real
+    sync_phase_deg: np.ndarray | None = None  # (4, n_orders) real
+    # which orders the point balanced (sweep.harmonics = "auto"); None: all
+    harmonic_active: np.ndarray | None = None  # (n_orders,) bool
     # raw channel coefficients [V] and their variances [V^2] of every evaluation, (n_iter,
     # n_channels, n_orders), rows as history_voltage; stored only by a store created with
     # ``channels`` (:meth:`RunStore.create`)
@@ -159,6 +175,11 @@ _SCHEMA: dict[str, tuple[tuple[str, ...], str, str, str]] = {
     "history_periods": (("iteration",), "f", "1", "forcing periods spent on each iteration"),
     "history_length": ((), "i", "1", "number of valid rows of the history variables (-1: slot not written)"),
     "done": ((), "b", "1", "the point is completely written (written last)"),
+    # issue 15 (hbtest.sync, hbtest.family): optional, absent from older stores
+    "numerical_force": (("dof", "harmonic"), "c", "N | N m", "NS counterpart of interface_force: F_P*(U_P), the interface force under which the numerical substructure moves by the measured displacement"),
+    "sync_amplitude_ratio": (("variable", "harmonic"), "f", "1", "sync metric |PS|/|NS| per interface variable (u, theta, T, M) and harmonic (hbtest.sync)"),
+    "sync_phase_deg": (("variable", "harmonic"), "f", "deg", "sync metric arg(PS/NS) per interface variable and harmonic, positive: PS leads (hbtest.sync)"),
+    "harmonic_active": (("harmonic",), "b", "1", "the harmonic was balanced at this point (sweep.harmonics = \"auto\"; inactive orders are NaN)"),
     # optional (stores written before them lack them): a point moved off a mains coincidence
     "frequency_requested": ((), "f", "Hz", "frequency the sweep file asked for (the coordinate holds the one applied)"),
     "point_note": ((), "s", "", "what the sweep decided at this point before running it (e.g. moved off a mains multiple)"),
@@ -174,6 +195,8 @@ _SCHEMA: dict[str, tuple[tuple[str, ...], str, str, str]] = {
 }
 #: the raw-record variables (present together or not at all)
 RAW_VARIABLES = ("raw_samples", "raw_time_start", "raw_sample_rate", "raw_length", "raw_periods")
+#: the sync variables (present together or not at all; :meth:`RunStore.create` ``sync``)
+SYNC_VARIABLES = ("numerical_force", "sync_amplitude_ratio", "sync_phase_deg")
 #: the per-evaluation channel-coefficient variables (present together or not at all)
 EVALUATION_VARIABLES = ("history_channel_coefficients", "history_channel_variance")
 _DOF_UNITS = {
@@ -215,7 +238,8 @@ def _is_store(path: Path) -> bool:
 
 
 #: variables a store may lack: the reference exists for virtual rigs only; later schemas added some
-_OPTIONAL = {"reference_interface_displacement", "frequency_requested", "point_note", *RAW_VARIABLES, *EVALUATION_VARIABLES}
+_OPTIONAL = {"reference_interface_displacement", "frequency_requested", "point_note", *RAW_VARIABLES, *EVALUATION_VARIABLES,
+             *SYNC_VARIABLES, "harmonic_active"}
 _ADDED_IN_SCHEMA = {"stop_reason": 2, **{n: 3 for n in RAW_VARIABLES}}
 
 
@@ -321,6 +345,7 @@ class RunStore:
         self.schema_version = int(g.attrs.get("schema_version", 1))
         self.raw_channels = tuple(str(c) for c in g["channel"][...]) if "raw_samples" in g.array_keys() else ()
         self.raw_max_samples = int(g["raw_samples"].shape[-1]) if self.raw_channels else 0
+        self.variables = frozenset(g.array_keys())
         keys = set(g.array_keys())
         self.evaluation_channels = tuple(str(c) for c in g["channel"][...]) if set(EVALUATION_VARIABLES) <= keys else ()
 
@@ -343,6 +368,10 @@ class RunStore:
         overwrite: bool = False,
         reference: bool = True,
         raw_records: tuple | None = None,
+        legs=None,
+        force_levels=None,
+        sync: bool = False,
+        harmonic_active: bool = False,
         channels=None,
     ) -> "RunStore":
         """Pre-allocate a store for a sweep. ``attrs`` (sweep_text, sweep_sha256, sweep_path,
@@ -353,6 +382,12 @@ class RunStore:
         ``raw_records = (channel_names, max_samples)`` allocates the raw-record variables
         (:data:`RAW_VARIABLES`: the final acquisition window of each point, for
         re-reduction with another calibration; chunked one point per chunk, compressed).
+        ``legs``: the leg of every slot (default: from the reversals of the frequency list);
+        ``force_levels``: the external force amplitude [N] of every slot, stored as the
+        coordinate ``force_level`` (a stepped-force family, :mod:`hbtest.family`).
+        ``sync`` allocates :data:`SYNC_VARIABLES` (``numerical_force`` and the sync metrics
+        over the dimension ``variable`` = u, theta, T, M; :mod:`hbtest.sync`);
+        ``harmonic_active`` the per-point mask of balanced orders (``sweep.harmonics = "auto"``).
         ``channels`` (the rig layout's channel names) allocates the per-evaluation raw channel
         coefficients (:data:`EVALUATION_VARIABLES`); with ``raw_records`` too, the names agree.
 
@@ -398,7 +433,21 @@ class RunStore:
             shutil.rmtree(target)
 
         n, nh, na, ni = f.size, h.size, len(act), max_iterations + 1
+        from ..sync import VARIABLES as _SYNC_VARIABLES
+
         sizes = {"dof": 2, "harmonic": nh, "actuator": na, "iteration": ni}
+        family_coords = {}
+        if sync:
+            sizes["variable"] = len(_SYNC_VARIABLES)
+            family_coords["variable"] = ("variable", np.array(_SYNC_VARIABLES, dtype=object), {"long_name": "interface variable of the sync metrics: u [m], theta [rad], shear T [N], moment M [N m]"})
+        if force_levels is not None:
+            lv = np.asarray(force_levels, dtype=float)
+            if lv.shape != f.shape or not np.all(np.isfinite(lv)) or np.any(lv <= 0):
+                raise ValueError("force_levels must give a positive amplitude for every frequency slot")
+            family_coords["force_level"] = ("frequency", lv, {"units": "N", "long_name": "external force amplitude of the slot's level (stepped-force family)"})
+        leg_values = _legs(f) if legs is None else np.asarray(legs, dtype=np.int64)
+        if leg_values.shape != f.shape:
+            raise ValueError("legs must give a leg for every frequency slot")
         raw_coords = {}
         if raw_records is not None:
             raw_names, raw_max = [str(c) for c in raw_records[0]], int(raw_records[1])
@@ -418,6 +467,8 @@ class RunStore:
             if name == "reference_interface_displacement" and not reference:
                 continue
             if name in RAW_VARIABLES and raw_records is None:
+                continue
+            if (name in SYNC_VARIABLES and not sync) or (name == "harmonic_active" and not harmonic_active):
                 continue
             if name in EVALUATION_VARIABLES and channels is None:
                 continue
@@ -460,12 +511,13 @@ class RunStore:
             coords={
                 "frequency": ("frequency", f, {"units": "Hz", "long_name": "forcing frequency, in test order (may repeat: index by position or by point)"}),
                 "point": ("frequency", np.arange(n, dtype=np.int64), {"units": "1", "long_name": "test index of the slot"}),
-                "leg": ("frequency", _legs(f), {"units": "1", "long_name": "sweep leg: 0 first monotone run, +1 at each reversal of direction"}),
+                "leg": ("frequency", leg_values, {"units": "1", "long_name": "sweep leg: 0 first monotone run, +1 at each reversal of direction"}),
                 "dof": ("dof", np.array(DOFS, dtype=object), {"long_name": "interface DOF: u transverse displacement [m], theta rotation [rad]"}),
                 "harmonic": ("harmonic", h.astype(np.int64), {"units": "1", "long_name": "harmonic order k (X_k = a_k - i b_k)"}),
                 "actuator": ("actuator", np.array(act, dtype=object), {"long_name": "actuator name"}),
                 "iteration": ("iteration", np.arange(ni, dtype=np.int64), {"units": "1", "long_name": "solver iteration (0 = starting voltage)"}),
                 **raw_coords,
+                **family_coords,
             },
             attrs=root_attrs,
         )
@@ -603,6 +655,16 @@ class RunStore:
             raise ValueError(f"{self.path}: store was created without reference_interface_displacement")
         if self.raw_channels:
             values.update(self._raw_values(rec.raw_record))
+        opt = {
+            "numerical_force": (rec.numerical_force, (2, nh), "c"),
+            "sync_amplitude_ratio": (rec.sync_amplitude_ratio, (4, nh), "f"),
+            "sync_phase_deg": (rec.sync_phase_deg, (4, nh), "f"),
+        }
+        for name, (v, shape, kind) in opt.items():
+            if name in self.variables:
+                values[name] = np.full(shape, _FILL[kind], dtype=_DTYPE[kind]) if v is None else arr(v, shape, kind, name)
+        if "harmonic_active" in self.variables:
+            values["harmonic_active"] = np.ones(nh, dtype=bool) if rec.harmonic_active is None else arr(rec.harmonic_active, (nh,), "b", "harmonic_active")
         if self.evaluation_channels:
             nc = len(self.evaluation_channels)
             for name in EVALUATION_VARIABLES:
