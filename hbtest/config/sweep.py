@@ -109,6 +109,14 @@ class SweepSpec:
     harmonics: tuple[int, ...]
     on_trip: str = "stop"  # a trip of the rig's safety layer: stop the sweep, or go on
     on_overrange: str = "continue"  # a clipped sensor channel: go on to the next point, or stop
+    # how the response curve is traced (hbtest.continuation.CONTINUATIONS): the frequency grid
+    # point after point, or pseudo-arclength through folds with these step limits (scaled
+    # arclength, hbtest.continuation.ArclengthSettings) into at most max_points store slots
+    continuation: str = "stepped"
+    max_points: int = 400
+    arclength_step: float = 0.01
+    arclength_min_step: float = 1e-4
+    arclength_max_step: float = 0.05
 
     @property
     def frequencies_hz(self) -> np.ndarray:
@@ -213,7 +221,10 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
         harmonics=tuple(sorted(harmonics)),
         on_trip=sw.string("on_trip", "stop", choices=("stop", "continue")),
         on_overrange=sw.string("on_overrange", "continue", choices=("continue", "stop")),
+        **_read_continuation(sw),
     )
+    if sweep.continuation == "arclength" and sweep.direction == "up-down":
+        raise sw.error("direction", 'an arclength trace runs one way ("up" or "down"): it passes folds by itself')
     sw.finish()
 
     nm = top.sub("numerical")
@@ -318,6 +329,26 @@ def read_nonlinear(nm: Section, beam: BeamSpec, root: str) -> tuple[NonlinearEle
         sec.finish()
         out.append(NonlinearElementSpec(kind, positions[0], dof, positions[1] if len(positions) == 2 else None, tuple(params)))
     return tuple(out)
+
+
+def _read_continuation(sw: Section) -> dict:
+    """``sweep.continuation`` and the arclength's keys (``max_points``, ``arclength_step``,
+    ``arclength_min_step``, ``arclength_max_step``; defaults in
+    :class:`hbtest.continuation.ArclengthSettings`)."""
+    from ..continuation.settings import CONTINUATIONS, ArclengthSettings
+
+    d = ArclengthSettings()
+    out = dict(
+        continuation=sw.string("continuation", "stepped", choices=CONTINUATIONS),
+        max_points=sw.integer("max_points", d.max_points, min=2, max=100000),
+        arclength_step=sw.number("arclength_step", d.initial_step, positive=True),
+        arclength_min_step=sw.number("arclength_min_step", d.min_step, positive=True),
+        arclength_max_step=sw.number("arclength_max_step", d.max_step, positive=True),
+    )
+    if not out["arclength_min_step"] <= out["arclength_step"] <= out["arclength_max_step"]:
+        raise sw.error("arclength_step", f"needs arclength_min_step <= arclength_step <= arclength_max_step, got"
+                       f" {out['arclength_min_step']:g}, {out['arclength_step']:g}, {out['arclength_max_step']:g}")
+    return out
 
 
 def _profile_names():
