@@ -136,6 +136,8 @@ def check_run(cfg: SweepConfig, rig_cfg) -> None:
             src, "sweep.points",
             f"{cfg.sweep.points} points exceed the {MAX_POINTS} one store holds (each point is one chunk file per variable); split the band into several sweeps",
         )
+    if cfg.sweep.continuation == "arclength" and cfg.sweep.max_points > MAX_POINTS:
+        raise ConfigError(src, "sweep.max_points", f"{cfg.sweep.max_points} slots exceed the {MAX_POINTS} one store holds")
 
 
 def point_record(out: PointOutcome, orders, n_act: int, external_amplitude: float, reference=None) -> PointRecord:
@@ -190,6 +192,7 @@ def _store_attrs(cfg: SweepConfig, rig_cfg, overrides, seed) -> dict:
         rig_overrides=list(cfg.rig_overrides),
         overrides=list(overrides),
         profile=cfg.solver.profile,
+        continuation=cfg.sweep.continuation,
         tolerance_m=cfg.test.tolerance,
         seed=seed,
         sensor_layout=json.dumps(rig_cfg.sensors.to_dict()),  # the calibration the reduction used
@@ -232,17 +235,50 @@ def _close(rig) -> str:
         return f"; the rig could not be ramped down from here ({e}) — its watchdog must do it"
 
 
+def _stepped(cfg: SweepConfig, store: RunStore, loop: PointLoop, write, say):
+    """The frequency grid, point after point (continuation ``stepped``): each unfinished slot
+    at its frequency, starting from the previous solution. Returns the stop of ``write``
+    (status, cause, reason) or None."""
+    freqs = cfg.sweep.frequencies_hz
+    done = store.done()
+    todo = [i for i in range(freqs.size) if not done[i]]
+    carry = _seed_carry(store, np.asarray(cfg.sweep.harmonics), todo[0]) if todo else Carry()
+    for n, i in enumerate(todo, 1):
+        stop = write(i, loop.run(float(freqs[i]), carry), n, len(todo))
+        if stop:
+            return stop
+    return None
+
+
+def _trace(cfg: SweepConfig, store: RunStore, loop: PointLoop, write, say):
+    from .continuation.runner import trace_into_store
+
+    return trace_into_store(cfg, store, loop, write, say)
+
+
+def _open_slots(cfg: SweepConfig) -> np.ndarray:
+    return np.full(cfg.sweep.max_points, np.nan)
+
+
+#: how the curve is traced, by ``sweep.continuation``: (the store's slot frequencies — NaN
+#: for a slot whose frequency is written as traced —, the driver running the unfinished
+#: points: ``driver(cfg, store, loop, write, say)``, ``write(slot, outcome, n, of)`` records a
+#: point and returns a stop (status, cause, reason) or None)
+CONTINUATION_PATHS = {
+    "stepped": (lambda cfg: cfg.sweep.frequencies_hz, _stepped),
+    "arclength": (_open_slots, _trace),
+}
+
+
 def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
     """Run the unfinished points of ``store`` on the open ``rig``. Returns the final status;
     raises RigFault / StoreWriteError / KeyboardInterrupt after marking the store."""
-    freqs = cfg.sweep.frequencies_hz
     orders = np.asarray(cfg.sweep.harmonics)
     settings = PointSettings.from_config(cfg)
     ns = cfg.numerical.numerical_substructure()  # linear, or nonlinear elements by AFT harmonic balance
     F = cfg.excitation.force_vector(ns)
     say = progress or (lambda *_: None)
     done = store.done()
-    todo = [i for i in range(freqs.size) if not done[i]]
     desc = rig.describe()
     status, cause, reason = "failed", "", ""
     t_wall = time.monotonic()
@@ -251,31 +287,35 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
     try:
         with _signals(policy):
             loop = PointLoop(rig, ns, F, settings)
-            carry = _seed_carry(store, orders, todo[0]) if todo else Carry()
             # the twin's exact reference is of the linear emulated structure: none for a
             # nonlinear numerical side
             reference = getattr(rig, "emulated_interface_response", None) if not cfg.numerical.nonlinear else None
-            say(RunStarted(cfg.name, str(store.path), desc.identity, cfg.solver.profile, len(todo), freqs.size, store.attrs.get("seed")))
+            say(RunStarted(cfg.name, str(store.path), desc.identity, cfg.solver.profile, int((~done).sum()), done.size, store.attrs.get("seed")))
             status = "completed"
-            for n, i in enumerate(todo, 1):
-                out = loop.run(float(freqs[i]), carry)
-                ref = reference(ns.substructure, F, float(freqs[i]), orders) if reference is not None else None
+
+            def write(i, out, n, of):
+                nonlocal status, cause, reason
+                f = float(out.frequency_hz)
+                ref = reference(ns.substructure, F, f, orders) if reference is not None else None
                 try:
                     store.write_point(i, point_record(out, orders, loop.n_act, cfg.excitation.amplitude, ref))
                 except OSError as e:
-                    status, cause, reason = "interrupted", "store", f"cannot write point {i} ({freqs[i]:g} Hz) to {store.path}: {e.strerror or e}"
+                    status, cause, reason = "interrupted", "store", f"cannot write point {i} ({f:g} Hz) to {store.path}: {e.strerror or e}"
                     raise StoreWriteError(f"{store.path}: {reason.split(': ', 1)[-1]}; the run stopped, free the space and `hbtest resume {store.path}`") from None
-                say(PointFinished(n, len(todo), i, float(freqs[i]), out.iterations, float(out.final.norm) if out.final else float("nan"),
+                say(PointFinished(n, of, i, f, out.iterations, float(out.final.norm) if out.final else float("nan"),
                                   float(out.rig_periods), bool(out.converged), out.reason, out.message))
                 stop_on = {"trip": cfg.sweep.on_trip, "overrange": cfg.sweep.on_overrange}.get(out.reason)
                 if out.reason == "trip" and stop_on != "stop" and hasattr(rig, "clear_trip"):
                     rig.clear_trip()  # the point is recorded as tripped; go on with the next
                 if stop_on == "stop":
-                    status, cause, reason = "interrupted", "rig", f"point at {freqs[i]:g} Hz: {out.message} (sweep.on_{out.reason} = \"stop\")"
-                    break
+                    return "interrupted", "rig", f"point at {f:g} Hz: {out.message} (sweep.on_{out.reason} = \"stop\")"
                 if policy.requested:
-                    status, cause, reason = "interrupted", "signal", "stopped by Ctrl+C after a finished point"
-                    break
+                    return "interrupted", "signal", "stopped by Ctrl+C after a finished point"
+                return None
+
+            stop = CONTINUATION_PATHS[cfg.sweep.continuation][1](cfg, store, loop, write, say)
+            if stop:
+                status, cause, reason = stop
     except (InstrumentError, LimitExceeded) as e:
         status, cause = "interrupted", "rig"
         reason = f"{e}{_close(rig)}"
@@ -294,11 +334,21 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
 
 def _summary(store: RunStore, status: str, wall: float) -> RunFinished:
     ds = store.dataset()
+    done, conv = _traced(ds)
+    reasons = Counter(str(r) for r, d in zip(ds["stop_reason"].values, np.asarray(ds["done"].values, dtype=bool)) if d)
+    a = store.attrs
+    n = int(done.size) if not a.get("open_slots") else int(done.sum())
+    return RunFinished(status, str(store.path), n, int(done.sum()), int(conv.sum()), dict(reasons), wall, str(a.get("stop_message", "")))
+
+
+def _traced(ds):
+    """(done, converged) flags of the run's points: every slot of a grid; of an arclength
+    store (open slots) only the slots traced (an unused open slot is not a missing point)."""
     done = np.asarray(ds["done"].values, dtype=bool)
     conv = np.asarray(ds["converged"].values, dtype=bool) & done
-    reasons = Counter(str(r) for r, d in zip(ds["stop_reason"].values, done) if d)
-    a = store.attrs
-    return RunFinished(status, str(store.path), int(done.size), int(done.sum()), int(conv.sum()), dict(reasons), wall, str(a.get("stop_message", "")))
+    if ds.attrs.get("open_slots"):
+        return done[done], conv[done]
+    return done, conv
 
 
 def _finish(cfg, store: RunStore, rig, progress, plot):
@@ -344,7 +394,7 @@ def run(cfg: SweepConfig, store_path=None, progress=None, overwrite: bool = Fals
         try:
             store = RunStore.create(
                 path,
-                frequencies_hz=cfg.sweep.frequencies_hz,
+                frequencies_hz=CONTINUATION_PATHS[cfg.sweep.continuation][0](cfg),
                 harmonics=cfg.sweep.harmonics,
                 actuators=rig_cfg.actuators,
                 max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), cfg.sweep.harmonics) - 1,
@@ -367,7 +417,7 @@ def _raw_capacity(cfg: SweepConfig, rig_cfg):
         return None
     from .calibration.reduce import raw_record_capacity
 
-    return raw_record_capacity(rig_cfg.sensors, cfg.sweep.frequencies_hz, 4 * cfg.test.averaging_periods, rig_cfg.sample_rate_hz)
+    return raw_record_capacity(rig_cfg.sensors, (cfg.sweep.start_hz, cfg.sweep.stop_hz), 4 * cfg.test.averaging_periods, rig_cfg.sample_rate_hz)
 
 
 def _prepare_parent(path: Path) -> None:
@@ -402,7 +452,7 @@ def resume(store_path, progress=None, seed=None, plot: bool | None = None):
         except KeyError as e:
             raise UserError(f"{store_path}: not a store written by 'hbtest sweep' (missing attribute {e})") from None
         store.check_compatible(
-            frequencies_hz=cfg.sweep.frequencies_hz, harmonics=cfg.sweep.harmonics, actuators=rig_cfg.actuators,
+            frequencies_hz=CONTINUATION_PATHS[cfg.sweep.continuation][0](cfg), harmonics=cfg.sweep.harmonics, actuators=rig_cfg.actuators,
             max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), cfg.sweep.harmonics) - 1,
         )
         stored_seed = a.get("seed")
@@ -419,8 +469,7 @@ def exit_code(ds) -> int:
     """The command's exit status for a finished run (see :data:`EXIT_CODES`)."""
     status = ds.attrs.get("status")
     if status == "completed":
-        done = np.asarray(ds["done"].values, dtype=bool)
-        conv = np.asarray(ds["converged"].values, dtype=bool)
+        done, conv = _traced(ds)
         return EXIT_CODES["converged"] if bool(np.all(conv[done])) and done.all() else EXIT_CODES["not_converged"]
     if status == "interrupted":
         return EXIT_CODES.get(ds.attrs.get("stop_cause") or "signal", EXIT_CODES["signal"])

@@ -43,9 +43,11 @@ Step control: after a point that needed ``n`` corrector evaluations the step is 
 ``target_iterations / n`` (within ``[min_factor, max_factor]`` and ``[min_step, max_step]``); a
 corrector that fails within ``max_corrector_iterations`` halves the step and re-measures the
 rig Jacobian at the last point; below ``min_step`` the trace stops (stalled).
-Folds: where ``df/ds`` (the tangent's frequency component) changes sign between two points;
-the fold frequency is the extremum of the cubic Hermite interpolant of ``f(s)`` through the
-two points and their tangents (:func:`hermite_extremum`). The trace stops when the frequency
+Folds: where ``df/ds`` (the tangent's frequency component) changes sign and stays changed for
+``fold_confirm_points`` points (a measured tangent flickers near a fold); the fold frequency is
+the extreme frequency reached since the previous fold — of the measured points and of the
+extremum of the cubic Hermite interpolant of ``f(s)`` between two points whose tangents
+straddle it (:func:`hermite_extremum`). The trace stops when the frequency
 leaves the band or the slots run out.
 """
 
@@ -79,6 +81,9 @@ class TracedPoint:
     tangent: np.ndarray
     step: float
     fold_hz: float | None = None
+    #: the interface-displacement error the accepted residual still implies (bordered Newton
+    #: correction onto the curve), relative to |U_P| (NaN for the point loop's first point)
+    estimated_error: float = float("nan")
 
 
 def hermite_extremum(f0: float, f1: float, d0: float, d1: float, ds: float) -> float:
@@ -122,6 +127,9 @@ class HybridArclength:
         self.finished = False
         self.pending: list = []  # evaluations spent before the next point (Jacobian re-measures)
         self.pending_t0 = None
+        self.branch_sign = self.direction  # sign of df/ds on the current branch
+        self.extreme: float | None = None  # extreme frequency since the last fold [Hz]
+        self.against = 0  # points in a row whose df/ds opposes the branch
 
     # -- coordinates ---------------------------------------------------------------------
     def scale(self, V: np.ndarray, f: float) -> np.ndarray:
@@ -183,9 +191,17 @@ class HybridArclength:
         err = float(np.linalg.norm(GUz @ dz))
         amp = float(np.linalg.norm(GUz @ Binv[:, :-1], 2)) * float(np.linalg.norm(r) / max(e.norm, 1e-300))
         U = lp.displacement_amplitude(e)
-        target = HbtestProfile.residual_target(st, st.accuracy * U, amp)
+        wanted = st.accuracy * U
+        target = HbtestProfile.residual_target(st, wanted, amp)
         balanced = lp.profile.harmonics_balanced(lp, num, e) if hasattr(lp.profile, "harmonics_balanced") else True
-        ok = e.norm < st.tolerance and (st.accuracy <= 0 or (err <= st.accuracy * U and e.settled)) and balanced
+        # the error along the measured residual's direction, and the worst over directions
+        # (the Broyden-carried Jacobian may misjudge the direction, not the amplification)
+        worst = amp * e.norm
+        close = err <= wanted and worst <= self.s.worst_case_factor * wanted
+        ok = e.norm < st.tolerance and (st.accuracy <= 0 or (close and e.settled)) and balanced
+        floor = worst
+        self.last_error = err / max(U, 1e-300)
+        self.last_floor = floor / max(U, 1e-300)
         return ok, target
 
     def _outcome(self, f: float, e, converged: bool, iterations: int, history: list, t0: float, reason: str, message: str) -> PointOutcome:
@@ -229,14 +245,15 @@ class HybridArclength:
         self.t = bordered_tangent(self.jacobian(num, e), direction)
         return TracedPoint(out, self.z.copy(), self.t.copy(), 0.0)
 
-    def resume(self, voltages, frequencies_hz, first_frequency_hz: float) -> None:
+    def resume(self, voltages, frequencies_hz, first_frequency_hz: float, n_folds: int = 0) -> None:
         """Continue a trace from its finished points (packed ``voltages`` (n, n_v) and
         ``frequencies_hz`` (n,), in trace order; ``first_frequency_hz`` that of the run's first
-        point, which fixes the residual scale): re-measure the state and the rig Jacobian at
+        point, which fixes the residual scale; ``n_folds`` folds already passed): re-measure the state and the rig Jacobian at
         the last point (rig time charged to the next point) and take the direction of the
         last secant (or of the band for a single point)."""
         V = np.asarray(voltages, dtype=float)
         f = np.asarray(frequencies_hz, dtype=float)
+        self.branch_sign = self.direction * (-1) ** int(n_folds)
         self.d_scale = float(np.abs(self.numerical_side(float(first_frequency_hz)).D).max())
         lp = self.loop
         self.pending_t0 = lp.rig.elapsed_s
@@ -293,9 +310,7 @@ class HybridArclength:
             self.e = e0
         z, e, num, J, its = res
         t = bordered_tangent(J, tz0)
-        fold = None
-        if np.sign(t[-1]) != np.sign(tz0[-1]) and tz0[-1] != 0:
-            fold = hermite_extremum(z0[-1], z[-1], tz0[-1], t[-1], float(np.linalg.norm(z - z0))) * self.f_scale
+        fold = self._fold(z0, tz0, z, t)
         step = self.h
         self.z, self.t, self.e = z, t, e
         factor = float(np.clip(self.s.target_iterations / max(its, 1), self.s.min_factor, self.s.max_factor))
@@ -304,7 +319,30 @@ class HybridArclength:
         if f < self.lo or f > self.hi:
             self.finished = True
         out = self._outcome(f, e, True, its, history, t0, "converged", "converged")
-        return TracedPoint(out, z.copy(), t.copy(), step, fold)
+        return TracedPoint(out, z.copy(), t.copy(), step, fold, self.last_error)
+
+    def _fold(self, z0, t0, z, t) -> float | None:
+        """Fold detection: ``df/ds`` has changed sign against the branch for
+        ``fold_confirm_points`` points in a row (near a fold ``df/ds`` is small and a measured
+        tangent may flicker: a lone flip is not a fold). The fold frequency is the extreme
+        frequency along the branch since the last fold: of the points and of the Hermite
+        extremum of every flip (:func:`hermite_extremum`)."""
+        pick = max if self.branch_sign > 0 else min
+        f = z[-1] * self.f_scale
+        self.extreme = f if self.extreme is None else pick(self.extreme, f)
+        if np.sign(t[-1]) != np.sign(t0[-1]) and t0[-1] != 0:
+            fh = hermite_extremum(z0[-1], z[-1], t0[-1], t[-1], float(np.linalg.norm(z - z0))) * self.f_scale
+            if np.sign(t0[-1]) == self.branch_sign:  # an extremum in the branch's direction
+                self.extreme = pick(self.extreme, fh)
+        if np.sign(t[-1]) == self.branch_sign:
+            self.against = 0
+            return None
+        self.against += 1
+        if self.against < self.s.fold_confirm_points:
+            return None
+        fold, self.extreme = self.extreme, f
+        self.branch_sign, self.against = -self.branch_sign, 0
+        return float(fold)
 
     def _correct(self, h: float, history: list):
         """Predictor ``z0 + h t0`` and measured corrector: (z, evaluation, numerical side,

@@ -38,6 +38,14 @@ class ArclengthSettings:
     - ``max_points``: slots of the store, the trace stops when they are full;
     - ``settle_fraction``: each evaluation settles to this fraction of the residual level the
       point needs (as the hbtest profile);
+    - ``worst_case_factor``: a point is accepted when the interface error its residual implies
+      is within ``test.accuracy`` (as the hbtest profile) *and* the worst error any residual
+      of that size could imply (the 2-norm of the residual-to-displacement operator times the
+      residual norm) within this multiple of it: the Broyden-carried rig Jacobian judges the
+      amplification well but the direction less so (measured on sweeps/cubic-interface.toml:
+      estimates of 0.25 % came with true errors up to 1.1 % without this rule);
+    - ``fold_confirm_points``: a fold is reported once ``df/ds`` has opposed the branch for
+      this many points in a row;
     - ``max_voltage_step_factor``: a corrector step changes no voltage by more than this
       multiple of ``solver.max_step_v``."""
 
@@ -53,3 +61,5 @@ class ArclengthSettings:
     max_points: int = DEFAULT_MAX_POINTS
     settle_fraction: float = 0.65
     max_voltage_step_factor: float = 4.0
+    worst_case_factor: float = 2.0
+    fold_confirm_points: int = 2
