@@ -29,6 +29,7 @@ from hbtest.continuation.runner import settings_from  # noqa: E402
 from hbtest.errors import ConfigError, UserError  # noqa: E402
 from hbtest.events import PointFinished  # noqa: E402
 from hbtest.numerical.continuation import bordered_step, bordered_tangent  # noqa: E402
+from hbtest.plot import bode_figure, convergence_png  # noqa: E402
 from hbtest.rig import open_rig  # noqa: E402
 from hbtest.store import RunStore, open_run  # noqa: E402
 from hbtest.sweep import exit_code, resume, run  # noqa: E402
@@ -115,6 +116,16 @@ def test_open_slots_take_their_frequency_when_written(tmp_path):
         store.check_compatible(frequencies_hz=np.full(5, np.nan))
     with pytest.raises(ValueError, match="does not belong"):  # a finished slot keeps its frequency
         store.write_point(1, make_record(17.6, orders, 3))
+    # the Bode plot draws an arclength trace in trace order, a grid sorted by frequency
+    store.write_point(2, make_record(17.8, orders, 5))
+
+    def drawn(ds):
+        fig = bode_figure(ds)
+        return next(ln for ln in fig.axes[0].lines if "measured" in str(ln.get_label())).get_xdata()
+
+    np.testing.assert_array_equal(drawn(open_run(store.path)), [17.5, 17.8, 18.0])
+    store.set_attrs(continuation="arclength")
+    np.testing.assert_array_equal(drawn(open_run(store.path)), [18.0, 17.5, 17.8])
     grid = new_store(tmp_path / "g.zarr", [1.0, 2.0], orders)
     assert grid.attrs["open_slots"] is False
     with pytest.raises(ValueError, match="does not belong"):
@@ -193,3 +204,8 @@ def test_short_trace_on_the_twin_converges_matches_the_exact_curve_and_resumes(t
     joined, fv = reference(cfg, 1)
     err = curve_errors(ds, cfg, joined, fv)
     assert err[:, :2].max() < 0.01, err
+    # readers cope with the open slots: the plots draw the traced points only, in trace order
+    fig = bode_figure(ds)
+    line = next(ln for ln in fig.axes[0].lines if "measured" in str(ln.get_label()))
+    np.testing.assert_array_equal(line.get_xdata(), f)
+    assert convergence_png(path).is_file()

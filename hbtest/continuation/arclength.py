@@ -44,7 +44,8 @@ Step control: after a point that needed ``n`` corrector evaluations the step is 
 corrector that fails within ``max_corrector_iterations`` halves the step and re-measures the
 rig Jacobian at the last point; below ``min_step`` the trace stops (stalled).
 Folds: where ``df/ds`` (the tangent's frequency component) changes sign and stays changed for
-``fold_confirm_points`` points (a measured tangent flickers near a fold); the fold frequency is
+``fold_confirm_points`` points while the trace goes back by ``fold_retreat`` of the band (a
+measured tangent flickers near a fold); the fold frequency is
 the extreme frequency reached since the previous fold — of the measured points and of the
 extremum of the cubic Hermite interpolant of ``f(s)`` between two points whose tangents
 straddle it (:func:`hermite_extremum`). The trace stops when the frequency
@@ -60,8 +61,7 @@ import numpy as np
 from .. import solver
 from ..errors import RigTrip
 from ..numerical.continuation import bordered_step, bordered_tangent
-from ..point import NumericalSide, PointLoop, PointOutcome
-from ..point import HbtestProfile
+from ..point import HbtestProfile, NumericalSide, PointLoop, PointOutcome
 from ..sensors import excluded_energy_fraction
 from .settings import ArclengthSettings
 
@@ -127,6 +127,8 @@ class HybridArclength:
         self.finished = False
         self.pending: list = []  # evaluations spent before the next point (Jacobian re-measures)
         self.pending_t0 = None
+        self.last_error = float("nan")  # the last judged evaluation's implied error / |U_P|
+        self._last_num: NumericalSide | None = None
         self.branch_sign = self.direction  # sign of df/ds on the current branch
         self.extreme: float | None = None  # extreme frequency since the last fold [Hz]
         self.against = 0  # points in a row whose df/ds opposes the branch
@@ -199,9 +201,7 @@ class HybridArclength:
         worst = amp * e.norm
         close = err <= wanted and worst <= self.s.worst_case_factor * wanted
         ok = e.norm < st.tolerance and (st.accuracy <= 0 or (close and e.settled)) and balanced
-        floor = worst
         self.last_error = err / max(U, 1e-300)
-        self.last_floor = floor / max(U, 1e-300)
         return ok, target
 
     def _outcome(self, f: float, e, converged: bool, iterations: int, history: list, t0: float, reason: str, message: str) -> PointOutcome:
@@ -323,8 +323,9 @@ class HybridArclength:
 
     def _fold(self, z0, t0, z, t) -> float | None:
         """Fold detection: ``df/ds`` has changed sign against the branch for
-        ``fold_confirm_points`` points in a row (near a fold ``df/ds`` is small and a measured
-        tangent may flicker: a lone flip is not a fold). The fold frequency is the extreme
+        ``fold_confirm_points`` points in a row and the trace has gone back from the extreme
+        frequency by ``fold_retreat`` of the band (near a fold ``df/ds`` is small and a
+        measured tangent, and the measured points, may flicker: a lone flip is not a fold). The fold frequency is the extreme
         frequency along the branch since the last fold: of the points and of the Hermite
         extremum of every flip (:func:`hermite_extremum`)."""
         pick = max if self.branch_sign > 0 else min
@@ -338,7 +339,8 @@ class HybridArclength:
             self.against = 0
             return None
         self.against += 1
-        if self.against < self.s.fold_confirm_points:
+        retreat = self.branch_sign * (self.extreme - f) / self.f_scale  # back from the extreme
+        if self.against < self.s.fold_confirm_points or retreat < self.s.fold_retreat:
             return None
         fold, self.extreme = self.extreme, f
         self.branch_sign, self.against = -self.branch_sign, 0

@@ -44,8 +44,10 @@ class ArclengthSettings:
       residual norm) within this multiple of it: the Broyden-carried rig Jacobian judges the
       amplification well but the direction less so (measured on sweeps/cubic-interface.toml:
       estimates of 0.25 % came with true errors up to 1.1 % without this rule);
-    - ``fold_confirm_points``: a fold is reported once ``df/ds`` has opposed the branch for
-      this many points in a row;
+    - ``fold_confirm_points``, ``fold_retreat``: a fold is reported once ``df/ds`` has opposed
+      the branch for this many points in a row and the trace has gone back from the extreme
+      frequency by this fraction of the band (measured points near a fold wiggle by a few mHz:
+      0.25 % of a 4 Hz band is 10 mHz);
     - ``max_voltage_step_factor``: a corrector step changes no voltage by more than this
       multiple of ``solver.max_step_v``."""
 
@@ -63,3 +65,4 @@ class ArclengthSettings:
     max_voltage_step_factor: float = 4.0
     worst_case_factor: float = 2.0
     fold_confirm_points: int = 2
+    fold_retreat: float = 2.5e-3
