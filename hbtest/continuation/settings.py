@@ -43,7 +43,8 @@ class ArclengthSettings:
       of that size could imply (the 2-norm of the residual-to-displacement operator times the
       residual norm) within this multiple of it: the Broyden-carried rig Jacobian judges the
       amplification well but the direction less so (measured on sweeps/cubic-interface.toml:
-      estimates of 0.25 % came with true errors up to 1.1 % without this rule);
+      estimates of 0.25 % came with true errors up to 1.1 % without this rule; 2: 1.06 % with
+      the twin's default seed; 1.5: 0.61 %, at twice the points; 1: stalls at 16 Hz on noise);
     - ``fold_confirm_points``, ``fold_retreat``: a fold is reported once ``df/ds`` has opposed
       the branch for this many points in a row and the trace has gone back from the extreme
       frequency by this fraction of the band (measured points near a fold wiggle by a few mHz:
@@ -63,6 +64,6 @@ class ArclengthSettings:
     max_points: int = DEFAULT_MAX_POINTS
     settle_fraction: float = 0.65
     max_voltage_step_factor: float = 4.0
-    worst_case_factor: float = 2.0
+    worst_case_factor: float = 1.5
     fold_confirm_points: int = 2
     fold_retreat: float = 2.5e-3
