@@ -507,7 +507,7 @@ class FamilyRunner:
         act = np.asarray(self.active)
         if out.final is not None:
             e = out.final
-            num = NumericalSide.build(self.ns, self.loop.force_vector, float(self.freqs[i]), act)
+            num = NumericalSide.build(self.ns, self.loop.force_vector, float(out.frequency_hz), act)  # as run (an arclength slot's is traced)
             F_N = np.asarray(e.meas.force) - num.force_residual(e.meas.displacement, e.meas.force)
             ratio, phase = point_sync(e.meas.displacement, e.meas.force, e.U_N, F_N)
             rec = replace(rec, numerical_force=F_N, sync_amplitude_ratio=ratio, sync_phase_deg=phase)

@@ -74,6 +74,8 @@ def bode_figure(ds, harmonic: int = 1):
     conv = np.asarray(ds["converged"].values, dtype=bool) & done
     f = np.asarray(ds["frequency"].values, dtype=float)
     leg = np.asarray(ds["leg"].values) if "leg" in ds.coords else np.zeros(f.size, int)
+    # an arclength trace is drawn in test (trace) order: through its folds, not sorted by f
+    order = (lambda x: np.arange(x.size)) if ds.attrs.get("continuation") == "arclength" else (lambda x: np.argsort(x, kind="stable"))
     Hm = frf(ds, "measured", harmonic).values
     u_mag = u_ph = None
     try:
@@ -93,7 +95,7 @@ def bode_figure(ds, harmonic: int = 1):
         am, ap = axes[0, col], axes[1, col]
         if Hr is not None:
             sel = done & np.isfinite(Hr[:, j])
-            o = np.argsort(f[sel], kind="stable")
+            o = order(f[sel])
             ref = Hr[sel, j][o]
             am.plot(f[sel][o], np.abs(ref), "-", color="black", lw=1.0, label="reference (exact)")
             ap.plot(f[sel][o], np.degrees(np.unwrap(np.angle(ref))), "-", color="black", lw=1.0)
@@ -105,7 +107,7 @@ def bode_figure(ds, harmonic: int = 1):
             sel = np.flatnonzero(done & (leg == lg) & np.isfinite(Hm[:, j]))
             if sel.size == 0:
                 continue
-            sel = sel[np.argsort(f[sel], kind="stable")]
+            sel = sel[order(f[sel])]
             h = Hm[sel, j]
             ph = np.degrees(np.unwrap(np.angle(h)))
             c = conv[sel]
@@ -158,7 +160,8 @@ def convergence_figure(ds):
     f = np.asarray(ds["frequency"].values, dtype=float)
     norms = np.asarray(ds["history_residual_norm"].values, dtype=float)
     lengths = np.asarray(ds["history_length"].values) if "history_length" in ds else np.full(f.size, norms.shape[1])
-    norm = Normalize(vmin=float(f.min()), vmax=float(f.max()) if f.max() > f.min() else float(f.min()) + 1.0)
+    fl, fh = (float(np.nanmin(f)), float(np.nanmax(f))) if np.isfinite(f).any() else (0.0, 1.0)  # open slots: NaN
+    norm = Normalize(vmin=fl, vmax=fh if fh > fl else fl + 1.0)
     cmap = colormaps["viridis"]
     plotted = False
     for i in np.flatnonzero(done):

@@ -40,7 +40,7 @@ from .harmonics import NYQUIST_MARGIN
 from .config import SweepConfig, load_rig, load_sweep
 from .errors import InstrumentError, LimitExceeded, RigFault, StoreWriteError, Terminated, UserError
 from .events import LockTakenOver, Notice, PlotWritten, PointFinished, PointMoved, RunFinished, RunStarted, StopRequested
-from .point import Carry, PointLoop, PointOutcome, PointSettings
+from .point import Carry, PointOutcome, PointSettings
 from .rig import open_rig
 from .rig.virtual.emulated import sweep_reference
 from .store import PointRecord, RunStore, StoreLock
@@ -139,6 +139,8 @@ def check_run(cfg: SweepConfig, rig_cfg) -> None:
             src, "sweep.points",
             f"{cfg.sweep.frequencies_hz.size} points (all force levels) exceed the {MAX_POINTS} one store holds (each point is one chunk file per variable); split the band into several sweeps",
         )
+    if cfg.sweep.continuation == "arclength" and cfg.sweep.max_points > MAX_POINTS:
+        raise ConfigError(src, "sweep.max_points", f"{cfg.sweep.max_points} slots exceed the {MAX_POINTS} one store holds")
 
 
 def point_record(out: PointOutcome, orders, n_act: int, external_amplitude: float, reference=None, *,
@@ -203,6 +205,7 @@ def _store_attrs(cfg: SweepConfig, rig_cfg, overrides, seed) -> dict:
         rig_overrides=list(cfg.rig_overrides),
         overrides=list(overrides),
         profile=cfg.solver.profile,
+        continuation=cfg.sweep.continuation,
         tolerance_m=cfg.test.tolerance,
         seed=seed,
         sensor_layout=json.dumps(rig_cfg.sensors.to_dict()),  # the calibration the reduction used
@@ -215,19 +218,6 @@ def _store_attrs(cfg: SweepConfig, rig_cfg, overrides, seed) -> dict:
         rec = store_calibration_record(SimpleNamespace(attrs=attrs))
         attrs["calibration_record"] = json.dumps(rec.to_dict())
     return attrs
-
-
-def _seed_carry(store: RunStore, orders, upto: int) -> Carry:
-    """On resume, start the first unfinished point from the voltages of the last finished
-    converged point before it; the Jacobian is measured afresh."""
-    done = store.done()
-    for i in range(upto - 1, -1, -1):
-        if done[i]:
-            rec = store.read_point(i)
-            if rec.converged:
-                return Carry(start_V=harmonics.pack(rec.voltage, orders).reshape(-1))
-            break
-    return Carry()
 
 
 def _rig_seed(rig) -> int | None:
@@ -245,24 +235,64 @@ def _close(rig) -> str:
         return f"; the rig could not be ramped down from here ({e}) — its watchdog must do it"
 
 
+def _stepped(cfg: SweepConfig, store: RunStore, runner, write, say):
+    """The frequency grid, point after point (continuation ``stepped``): each unfinished slot
+    at its (applied) frequency and force level, starting from the previous solution
+    (:class:`hbtest.family.FamilyRunner`). Returns the stop of ``write`` (status, cause,
+    reason) or None."""
+    done = store.done()
+    todo = [i for i in range(store.n_points) if not done[i]]
+    carry = runner.seed(todo[0]) if todo else Carry()
+    for n, i in enumerate(todo, 1):
+        out, carry = runner.run(i, carry)
+        stop = write(i, out, n, len(todo))
+        if stop:
+            return stop
+    return None
+
+
+def _trace(cfg: SweepConfig, store: RunStore, runner, write, say):
+    from .continuation.runner import trace_into_store
+
+    return trace_into_store(cfg, store, runner.loop, write, say)
+
+
+def _grid_slots(cfg: SweepConfig, plan) -> np.ndarray:
+    return plan.applied_hz  # the grid of every force level, a point on a mains multiple moved off it
+
+
+def _open_slots(cfg: SweepConfig, plan) -> np.ndarray:
+    return np.full(cfg.sweep.max_points, np.nan)
+
+
+#: how the curve is traced, by ``sweep.continuation``: (the store's slot frequencies from the
+#: config and the mains plan — NaN for a slot whose frequency is written as traced —, the
+#: driver running the unfinished points: ``driver(cfg, store, runner, write, say)``;
+#: ``write(slot, outcome, n, of)`` records a point and returns a stop (status, cause, reason)
+#: or None)
+CONTINUATION_PATHS = {
+    "stepped": (_grid_slots, _stepped),
+    "arclength": (_open_slots, _trace),
+}
+
+
 def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
     """Run the unfinished points of ``store`` on the open ``rig``. Returns the final status;
     raises RigFault / StoreWriteError / KeyboardInterrupt after marking the store."""
+    from .design import explain_stop, plan_mains
     from .family import FamilyRunner
 
-    freqs = store.frequencies_hz  # as applied (hbtest.design.mains may move a point off a mains multiple)
-    requested = cfg.sweep.frequencies_hz
+    freqs = store.frequencies_hz  # as applied (a point moved off a mains multiple; NaN: an open arclength slot)
     settings = PointSettings.from_config(cfg)
     ns = cfg.numerical.numerical_substructure()  # linear, or nonlinear elements by AFT harmonic balance
     F = cfg.excitation.force_vector(ns)
     say = progress or (lambda *_: None)
     done = store.done()
-    todo = [i for i in range(freqs.size) if not done[i]]
     desc = rig.describe()
-    from .design import explain_stop, plan_mains
-
+    gridded = cfg.sweep.continuation == "stepped"
     plan = plan_mains(cfg, desc.sensors)
-    notes = [n if np.isclose(a, f, rtol=1e-12) else "" for n, a, f in zip(plan.notes, plan.applied_hz, freqs)]
+    requested = cfg.sweep.frequencies_hz if gridded else np.full(freqs.size, np.nan)
+    notes = [n if np.isclose(a, f, rtol=1e-12) else "" for n, a, f in zip(plan.notes, plan.applied_hz, freqs)] if gridded else [""] * freqs.size
     status, cause, reason = "failed", "", ""
     t_wall = time.monotonic()
     store.set_status("running", rig_reported_identity=desc.identity, stop_cause="", stop_message="")
@@ -274,38 +304,43 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
             reference = sweep_reference(rig, ns)
             # force levels, active harmonics (auto), sync metrics: hbtest.family
             runner = FamilyRunner(cfg, store, rig, ns, F, settings, progress)
-            carry = runner.seed(todo[0]) if todo else Carry()
-            say(RunStarted(cfg.name, str(store.path), desc.identity, cfg.solver.profile, len(todo), freqs.size, store.attrs.get("seed")))
-            for i in todo:
-                if freqs[i] != requested[i]:
-                    say(PointMoved(i, float(requested[i]), float(freqs[i]), notes[i]))
+            say(RunStarted(cfg.name, str(store.path), desc.identity, cfg.solver.profile, int((~done).sum()), done.size, store.attrs.get("seed")))
+            for i in np.flatnonzero(~done):
+                if gridded and freqs[i] != requested[i]:
+                    say(PointMoved(int(i), float(requested[i]), float(freqs[i]), notes[i]))
                 elif notes[i]:
                     say(Notice(f"warning: point {i + 1}: {notes[i]}"))
             status = "completed"
-            for n, i in enumerate(todo, 1):
-                out, carry = runner.run(i, carry)
+
+            def write(i, out, n, of):
+                nonlocal status, cause, reason
+                f = float(out.frequency_hz)
                 orders = np.asarray(runner.active)
-                out.message = explain_stop(out.message, out.reason, float(freqs[i]), orders, desc.sensors, cfg.test.averaging_periods,
+                out.message = explain_stop(out.message, out.reason, f, orders, desc.sensors, cfg.test.averaging_periods,
                                            [h.norm for h in out.history])
-                ref = reference(ns.substructure, runner.force_vector, float(freqs[i]), orders) if reference is not None else None
-                rec = point_record(out, orders, runner.n_act, float(runner.amps[i]), ref,
-                                   n_ch=len(store.evaluation_channels) or None, requested_hz=float(requested[i]), note=notes[i])
+                ref = reference(ns.substructure, runner.force_vector, f, orders) if reference is not None else None
+                rec = point_record(out, orders, runner.n_act, float(runner.amps[i]) if gridded else cfg.excitation.amplitude, ref,
+                                   n_ch=len(store.evaluation_channels) or None,
+                                   requested_hz=float(requested[i]) if gridded else None, note=notes[i])
                 try:
                     store.write_point(i, runner.finish(i, out, rec))
                 except OSError as e:
-                    status, cause, reason = "interrupted", "store", f"cannot write point {i} ({freqs[i]:g} Hz) to {store.path}: {e.strerror or e}"
+                    status, cause, reason = "interrupted", "store", f"cannot write point {i} ({f:g} Hz) to {store.path}: {e.strerror or e}"
                     raise StoreWriteError(f"{store.path}: {reason.split(': ', 1)[-1]}; the run stopped, free the space and `hbtest resume {store.path}`") from None
-                say(PointFinished(n, len(todo), i, float(freqs[i]), out.iterations, float(out.final.norm) if out.final else float("nan"),
+                say(PointFinished(n, of, i, f, out.iterations, float(out.final.norm) if out.final else float("nan"),
                                   float(out.rig_periods), bool(out.converged), out.reason, out.message))
                 stop_on = {"trip": cfg.sweep.on_trip, "overrange": cfg.sweep.on_overrange}.get(out.reason)
                 if out.reason == "trip" and stop_on != "stop" and hasattr(rig, "clear_trip"):
                     rig.clear_trip()  # the point is recorded as tripped; go on with the next
                 if stop_on == "stop":
-                    status, cause, reason = "interrupted", "rig", f"point at {freqs[i]:g} Hz: {out.message} (sweep.on_{out.reason} = \"stop\")"
-                    break
+                    return "interrupted", "rig", f"point at {f:g} Hz: {out.message} (sweep.on_{out.reason} = \"stop\")"
                 if policy.requested:
-                    status, cause, reason = "interrupted", "signal", "stopped by Ctrl+C after a finished point"
-                    break
+                    return "interrupted", "signal", "stopped by Ctrl+C after a finished point"
+                return None
+
+            stop = CONTINUATION_PATHS[cfg.sweep.continuation][1](cfg, store, runner, write, say)
+            if stop:
+                status, cause, reason = stop
     except (InstrumentError, LimitExceeded) as e:
         status, cause = "interrupted", "rig"
         reason = f"{e}{_close(rig)}"
@@ -324,11 +359,21 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
 
 def _summary(store: RunStore, status: str, wall: float) -> RunFinished:
     ds = store.dataset()
+    done, conv = _traced(ds)
+    reasons = Counter(str(r) for r, d in zip(ds["stop_reason"].values, np.asarray(ds["done"].values, dtype=bool)) if d)
+    a = store.attrs
+    n = int(done.size) if not a.get("open_slots") else int(done.sum())
+    return RunFinished(status, str(store.path), n, int(done.sum()), int(conv.sum()), dict(reasons), wall, str(a.get("stop_message", "")))
+
+
+def _traced(ds):
+    """(done, converged) flags of the run's points: every slot of a grid; of an arclength
+    store (open slots) only the slots traced (an unused open slot is not a missing point)."""
     done = np.asarray(ds["done"].values, dtype=bool)
     conv = np.asarray(ds["converged"].values, dtype=bool) & done
-    reasons = Counter(str(r) for r, d in zip(ds["stop_reason"].values, done) if d)
-    a = store.attrs
-    return RunFinished(status, str(store.path), int(done.size), int(done.sum()), int(conv.sum()), dict(reasons), wall, str(a.get("stop_message", "")))
+    if ds.attrs.get("open_slots"):
+        return done[done], conv[done]
+    return done, conv
 
 
 def _finish(cfg, store: RunStore, rig, progress, plot):
@@ -390,11 +435,11 @@ def run(cfg: SweepConfig, store_path=None, progress=None, overwrite: bool = Fals
             orders = store_orders(cfg.sweep, rig_cfg.sample_rate_hz)
             store = RunStore.create(
                 path,
-                frequencies_hz=plan.applied_hz,
+                frequencies_hz=CONTINUATION_PATHS[cfg.sweep.continuation][0](cfg, plan),
                 harmonics=orders,
                 actuators=rig_cfg.actuators,
                 max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), orders) - 1,
-                legs=slot_legs(cfg.sweep),
+                legs=slot_legs(cfg.sweep) if cfg.sweep.continuation == "stepped" else None,
                 force_levels=slot_amplitudes(cfg.sweep, cfg.excitation.amplitude) if cfg.sweep.force_levels else None,
                 sync=True,
                 harmonic_active=True,
@@ -418,7 +463,7 @@ def _raw_capacity(cfg: SweepConfig, rig_cfg):
         return None
     from .calibration.reduce import raw_record_capacity
 
-    return raw_record_capacity(rig_cfg.sensors, cfg.sweep.frequencies_hz, 4 * cfg.test.averaging_periods, rig_cfg.sample_rate_hz)
+    return raw_record_capacity(rig_cfg.sensors, (cfg.sweep.start_hz, cfg.sweep.stop_hz), 4 * cfg.test.averaging_periods, rig_cfg.sample_rate_hz)
 
 
 def _prepare_parent(path: Path) -> None:
@@ -457,7 +502,10 @@ def resume(store_path, progress=None, seed=None, plot: bool | None = None):
 
         orders = store_orders(cfg.sweep, rig_cfg.sample_rate_hz)
         store.check_compatible(
-            frequencies_hz=plan_mains(cfg, rig_cfg.sensors).applied_hz if store.has_point_notes else cfg.sweep.frequencies_hz, harmonics=orders, actuators=rig_cfg.actuators,
+            # a store written before the mains plan (no point notes) ran its grid as asked
+            frequencies_hz=(CONTINUATION_PATHS[cfg.sweep.continuation][0](cfg, plan_mains(cfg, rig_cfg.sensors))
+                            if store.has_point_notes or cfg.sweep.continuation != "stepped" else cfg.sweep.frequencies_hz),
+            harmonics=orders, actuators=rig_cfg.actuators,
             max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), orders) - 1,
         )
         stored_seed = a.get("seed")
@@ -474,8 +522,7 @@ def exit_code(ds) -> int:
     """The command's exit status for a finished run (see :data:`EXIT_CODES`)."""
     status = ds.attrs.get("status")
     if status == "completed":
-        done = np.asarray(ds["done"].values, dtype=bool)
-        conv = np.asarray(ds["converged"].values, dtype=bool)
+        done, conv = _traced(ds)
         return EXIT_CODES["converged"] if bool(np.all(conv[done])) and done.all() else EXIT_CODES["not_converged"]
     if status == "interrupted":
         return EXIT_CODES.get(ds.attrs.get("stop_cause") or "signal", EXIT_CODES["signal"])

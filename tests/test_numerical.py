@@ -692,7 +692,7 @@ def test_hybrid_sweep_with_a_nonlinear_numerical_side_matches_the_joined_structu
     from hbtest.sweep import run
 
     quiet = "rig_set=['virtual.noise.laser_rms_um=0.0', 'virtual.noise.gauge_rms_microstrain=0.0', 'virtual.mains.amplitude_microstrain=0.0']"
-    over = ["sweep.start_hz=18.4", "sweep.stop_hz=18.9", "sweep.points=3", quiet]
+    over = ["sweep.continuation=stepped", "sweep.start_hz=18.4", "sweep.stop_hz=18.9", "sweep.points=3", quiet]  # the grid, not the file's arclength
     cfg = load_sweep(PAPER.parent / "cubic-interface.toml", over)
     ds = run(cfg, tmp_path / "c.zarr", plot=False, overrides=over).load()
     assert bool(ds.converged.all()), ds.message.values

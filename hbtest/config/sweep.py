@@ -95,6 +95,14 @@ class SweepSpec:
     # a forcing harmonic on a mains multiple: move the point off it (recorded), or keep it
     # where asked (hbtest.design.mains)
     mains_coincidence: str = "move"
+    # how the response curve is traced (hbtest.continuation.CONTINUATIONS): the frequency grid
+    # point after point, or pseudo-arclength through folds with these step limits (scaled
+    # arclength, hbtest.continuation.ArclengthSettings) into at most max_points store slots
+    continuation: str = "stepped"
+    max_points: int = 400
+    arclength_step: float = 0.01
+    arclength_min_step: float = 1e-4
+    arclength_max_step: float = 0.05
 
     @property
     def grid_hz(self) -> np.ndarray:
@@ -207,7 +215,14 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
         on_overrange=sw.string("on_overrange", "continue", choices=("continue", "stop")),
         **family,
         mains_coincidence=sw.string("mains_coincidence", "move", choices=("move", "keep")),
+        **_read_continuation(sw),
     )
+    if sweep.continuation == "arclength" and sweep.direction == "up-down":
+        raise sw.error("direction", 'an arclength trace runs one way ("up" or "down"): it passes folds by itself')
+    if sweep.continuation == "arclength" and sweep.force_levels:
+        raise sw.error("force_levels", 'a force family runs on the stepped grid: trace each level by arclength in a sweep of its own')
+    if sweep.continuation == "arclength" and sweep.auto_harmonics:
+        raise sw.error("harmonics", 'an arclength trace balances a fixed set of harmonics: give them as a list, not "auto"')
     sw.finish()
 
     nm = top.sub("numerical")
@@ -272,6 +287,26 @@ def read_nonlinear(nm: Section, beam: BeamSpec, root: str) -> tuple[NonlinearEle
 
     fixed = frozenset(("u", "theta")[i] for i in BOUNDARY_CONDITIONS[root])
     return read_element_tables(nm.subs("nonlinear"), beam.length, root, fixed, "numerical beam")
+
+
+def _read_continuation(sw: Section) -> dict:
+    """``sweep.continuation`` and the arclength's keys (``max_points``, ``arclength_step``,
+    ``arclength_min_step``, ``arclength_max_step``; defaults in
+    :class:`hbtest.continuation.ArclengthSettings`)."""
+    from ..continuation.settings import CONTINUATIONS, ArclengthSettings
+
+    d = ArclengthSettings()
+    out = dict(
+        continuation=sw.string("continuation", "stepped", choices=CONTINUATIONS),
+        max_points=sw.integer("max_points", d.max_points, min=2, max=100000),
+        arclength_step=sw.number("arclength_step", d.initial_step, positive=True),
+        arclength_min_step=sw.number("arclength_min_step", d.min_step, positive=True),
+        arclength_max_step=sw.number("arclength_max_step", d.max_step, positive=True),
+    )
+    if not out["arclength_min_step"] <= out["arclength_step"] <= out["arclength_max_step"]:
+        raise sw.error("arclength_step", f"needs arclength_min_step <= arclength_step <= arclength_max_step, got"
+                       f" {out['arclength_min_step']:g}, {out['arclength_step']:g}, {out['arclength_max_step']:g}")
+    return out
 
 
 def _profile_names():

@@ -22,7 +22,25 @@ from .. import harmonics
 from .base import HarmonicBalanceError
 from .nonlinear import NonlinearSubstructure
 
-__all__ = ["ResponseCurve", "trace_response", "ContinuationSettings"]
+__all__ = ["ResponseCurve", "trace_response", "ContinuationSettings", "bordered_tangent", "bordered_step"]
+
+
+def bordered_tangent(J: np.ndarray, previous: np.ndarray) -> np.ndarray:
+    """Unit tangent ``t`` of the curve ``R(z) = 0`` with Jacobian ``J = dR/dz`` (n, n + 1),
+    oriented along ``previous`` (``previous . t > 0``): the bordered system
+    ``[J; previous^T] t = [0; 1]``, normalised. Shared by the numerical trace and the hybrid
+    test's continuation (:mod:`hbtest.continuation`)."""
+    A = np.vstack([J, previous[None, :]])
+    rhs = np.zeros(A.shape[0])
+    rhs[-1] = 1.0
+    t = np.linalg.solve(A, rhs)
+    return t / np.linalg.norm(t)
+
+
+def bordered_step(J: np.ndarray, t: np.ndarray, R: np.ndarray, g: float) -> np.ndarray:
+    """Pseudo-arclength corrector step ``dz``: Newton on ``R(z) = 0`` and the hyperplane
+    condition ``t . (z - z0) - s = g`` together, ``[J; t^T] dz = -[R; g]``."""
+    return np.linalg.solve(np.vstack([J, t[None, :]]), -np.concatenate([R, [g]]))
 
 
 @dataclass(frozen=True)
@@ -87,11 +105,7 @@ class _Problem:
 
     def tangent(self, z, previous):
         _, J = self.full_jacobian(z)
-        A = np.vstack([J, previous[None, :]])
-        rhs = np.zeros(A.shape[0])
-        rhs[-1] = 1.0
-        t = np.linalg.solve(A, rhs)
-        return t / np.linalg.norm(t)
+        return bordered_tangent(J, previous)
 
     def correct(self, z0, t, s):
         """Newton onto the curve in the hyperplane ``t . (z - z0) = s``: (z, iterations) or None."""
@@ -100,7 +114,7 @@ class _Problem:
         for it in range(1, self.s.max_corrector_iterations + 1):
             R, J = self.full_jacobian(z)
             g = t @ (z - z0) - s
-            dz = np.linalg.solve(np.vstack([J, t[None, :]]), -np.concatenate([R, [g]]))
+            dz = bordered_step(J, t, R, g)
             z = z + dz
             if not np.all(np.isfinite(z)):
                 return None

@@ -7,7 +7,9 @@ Layout
 ------
 Dimensions (sizes fixed at creation from the sweep definition):
 
-- ``frequency`` — one slot per test point, in *test order* (``SweepSpec.frequencies_hz``).
+- ``frequency`` — one slot per test point, in *test order* (``SweepSpec.frequencies_hz``;
+  an arclength continuation allocates ``sweep.max_points`` *open* slots, NaN until their
+  point is written, group attribute ``open_slots``: readers select ``done`` slots).
   The coordinate is the forcing frequency [Hz] and **may repeat** (an up-down sweep visits
   every frequency except the turning point twice). It is a non-unique index: select slots by
   position (``isel``) or through the companion coordinates ``point(frequency)`` (0..n-1, the
@@ -216,7 +218,7 @@ def _legs(f: np.ndarray) -> np.ndarray:
     current = 0
     for i in range(1, f.size):
         step = np.sign(f[i] - f[i - 1])
-        if step == 0:
+        if step == 0 or not np.isfinite(step):  # open slots (NaN) continue the leg
             leg[i] = current
             continue
         if direction != 0 and step != direction:
@@ -397,8 +399,8 @@ class RunStore:
 
         path = Path(path)
         f = np.asarray(frequencies_hz, dtype=float)
-        if f.ndim != 1 or f.size == 0 or not np.all(np.isfinite(f)) or np.any(f <= 0):
-            raise ValueError("frequencies_hz must be a non-empty 1-D array of positive frequencies")
+        if f.ndim != 1 or f.size == 0 or np.any(np.isinf(f)) or np.any(f[np.isfinite(f)] <= 0):
+            raise ValueError("frequencies_hz must be a non-empty 1-D array of positive frequencies (NaN: an open slot)")
         h = np.asarray(harmonics, dtype=int)
         if h.ndim != 1 or h.size == 0 or np.any(h < 0) or len(set(h.tolist())) != h.size:
             raise ValueError(f"harmonics must be distinct non-negative orders, got {harmonics!r}")
@@ -499,6 +501,9 @@ class RunStore:
         for key in ("sweep_text", "sweep_sha256", "sweep_path", "rig_text", "rig_sha256", "rig_path", "rig_identity", "profile"):
             root_attrs[key] = None
         root_attrs["overrides"] = []
+        # NaN frequencies are open slots (arclength continuation): each gets its frequency
+        # when its point is written (write_point)
+        root_attrs["open_slots"] = bool(np.isnan(f).any())
         root_attrs.update(_jsonable(dict(attrs)))
         root_attrs["hbtest_store"] = _MARKER
         root_attrs["schema_version"] = SCHEMA_VERSION
@@ -569,7 +574,8 @@ class RunStore:
         problems = []
         if frequencies_hz is not None:
             f = np.asarray(frequencies_hz, dtype=float)
-            if f.shape != self.frequencies_hz.shape or not np.allclose(f, self.frequencies_hz, rtol=1e-12, atol=0):
+            known = np.isfinite(f)  # NaN asked: an open slot, any frequency
+            if f.shape != self.frequencies_hz.shape or not np.allclose(f[known], self.frequencies_hz[known], rtol=1e-12, atol=0):
                 problems.append(f"frequencies differ ({self.n_points} slots {self.frequencies_hz[0]:g}..{self.frequencies_hz[-1]:g} Hz stored, {f.size} points {f[0]:g}..{f[-1]:g} Hz asked)" if f.size else "frequencies differ")
         if harmonics is not None and tuple(int(k) for k in harmonics) != self.harmonics:
             problems.append(f"harmonics differ (stored {list(self.harmonics)}, asked {list(harmonics)})")
@@ -595,7 +601,9 @@ class RunStore:
             raise IndexError(f"slot {index} outside 0..{self.n_points - 1}")
         index = int(index)
         f_slot = self.frequencies_hz[index]
-        if not np.isclose(float(rec.frequency_hz), f_slot, rtol=1e-9, atol=0.0):
+        if self.attrs.get("open_slots") and not self.done()[index]:
+            self._write_frequency(index, float(rec.frequency_hz))
+        elif not np.isclose(float(rec.frequency_hz), f_slot, rtol=1e-9, atol=0.0):
             raise ValueError(f"record at {rec.frequency_hz} Hz does not belong in slot {index} ({f_slot} Hz)")
         nh, na, ni = len(self.harmonics), len(self.actuators), self.max_iterations + 1
 
@@ -749,6 +757,16 @@ class RunStore:
         g.attrs.update(new)
 
     # -- reading -------------------------------------------------------------------------
+
+    def _write_frequency(self, index: int, frequency_hz: float) -> None:
+        """The frequency coordinate of an open slot, written before the point's data (an
+        interrupted write leaves it with ``done == False``: a resumed run rewrites both)."""
+        import zarr
+
+        if not (np.isfinite(frequency_hz) and frequency_hz > 0):
+            raise ValueError(f"slot {index}: frequency {frequency_hz!r} is not a positive number")
+        zarr.open_group(str(self.path), mode="r+")["frequency"][index] = frequency_hz
+        self.frequencies_hz[index] = frequency_hz
 
     def done(self) -> np.ndarray:
         """``done`` flag of every slot, read fresh from disk."""

@@ -1,0 +1,211 @@
+"""Pseudo-arclength continuation of the hybrid test (issue 15, hbtest.continuation): the shared
+bordered math and the fold interpolant against exact answers, the config keys, the store's
+open slots, and the trace on the twin against the joined structure's exact harmonic balance
+(sweeps/cubic-interface.toml: a cubic spring at the interface on the numerical side).
+
+The end-to-end acceptance over the whole band (both folds) is in
+tests/test_arclength_folds.py (slow); here a short trace below the folds runs in the default
+suite, with an interruption and a resume."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from test_store import make_record, new_store  # noqa: E402
+
+from hbtest.config import load_rig, load_sweep  # noqa: E402
+from hbtest.continuation import CONTINUATIONS, ArclengthSettings, hermite_extremum  # noqa: E402
+from hbtest.continuation.reference import joined_structure, nearest_on_curve  # noqa: E402
+from hbtest.continuation.runner import settings_from  # noqa: E402
+from hbtest.errors import ConfigError, UserError  # noqa: E402
+from hbtest.events import PointFinished  # noqa: E402
+from hbtest.numerical.continuation import bordered_step, bordered_tangent  # noqa: E402
+from hbtest.plot import bode_figure, convergence_png  # noqa: E402
+from hbtest.rig import open_rig  # noqa: E402
+from hbtest.store import RunStore, open_run  # noqa: E402
+from hbtest.sweep import exit_code, resume, run  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+CUBIC = REPO / "sweeps" / "cubic-interface.toml"
+
+
+# -- shared math ----------------------------------------------------------------------------
+
+@settings(max_examples=50, deadline=None)
+@given(st.floats(0.1, 3.0), st.floats(-math.pi, math.pi))
+def test_bordered_tangent_and_step_on_a_circle(radius, angle):
+    """On R(z) = |z|^2 - r^2 the tangent is orthogonal to the gradient, unit, oriented along
+    the previous one; a bordered step from a point off the circle lands on it to second
+    order (Newton)."""
+    z = radius * np.array([math.cos(angle), math.sin(angle)])
+    J = 2 * z[None, :]
+    prev = np.array([-math.sin(angle), math.cos(angle)]) + 0.3 * np.array([math.cos(angle), math.sin(angle)])
+    t = bordered_tangent(J, prev)
+    assert abs(np.linalg.norm(t) - 1) < 1e-12 and abs(J @ t)[0] < 1e-9 * radius and t @ prev > 0
+    zz = z * 1.01
+    dz = bordered_step(2 * zz[None, :], t, np.array([zz @ zz - radius**2]), 0.0)
+    assert abs(np.linalg.norm(zz + dz) - radius) < 1e-4 * radius  # from 1e-2 radius off
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.floats(0.01, 1.0), st.floats(0.05, 0.95), st.floats(-2.0, 2.0), st.floats(0.5, 3.0))
+def test_hermite_extremum_is_exact_for_a_cubic(ds, x_star, f0, a):
+    """For f(s) a cubic with a maximum at s* in (0, ds), the Hermite interpolant through the
+    ends and their slopes is f itself: the returned fold frequency is f(s*)."""
+    s_star = x_star * ds
+    c = 0.2 * a / ds  # f'(s) = a (1 - s/s*) (1 + c s): one root in [0, ds]
+
+    def df(s):
+        return a * (1 - s / s_star) * (1 + c * s)
+
+    def f(s):
+        return f0 + a * (s + (c - 1 / s_star) * s**2 / 2 - c * s**3 / (3 * s_star))
+
+    assert hermite_extremum(f(0), f(ds), df(0), df(ds), ds) == pytest.approx(f(s_star), rel=1e-9, abs=1e-12)
+
+
+# -- configuration ----------------------------------------------------------------------------
+
+def test_config_default_is_stepped_and_the_cubic_sweep_traces_by_arclength():
+    cfg = load_sweep(REPO / "sweeps" / "paper-cantilever.toml")
+    assert cfg.sweep.continuation == "stepped" and "stepped" in CONTINUATIONS
+    cub = load_sweep(CUBIC)
+    assert cub.sweep.continuation == "arclength" and cub.sweep.max_points == 400
+    s = settings_from(cub)
+    d = ArclengthSettings()
+    assert (s.initial_step, s.min_step, s.max_step, s.max_points) == (d.initial_step, d.min_step, d.max_step, 400)
+
+
+@pytest.mark.parametrize("override, key", [
+    ("sweep.continuation=spiral", "sweep.continuation"),
+    ("sweep.arclength_step=1.0", "sweep.arclength_step"),
+    ("sweep.arclength_min_step=0", "sweep.arclength_min_step"),
+    ("sweep.max_points=1", "sweep.max_points"),
+    ("sweep.direction=up-down", "sweep.direction"),
+])
+def test_config_refuses_bad_arclength_keys_naming_file_and_key(override, key):
+    with pytest.raises(ConfigError) as err:
+        load_sweep(CUBIC, [override])
+    assert key in str(err.value) and "cubic-interface.toml" in str(err.value)
+
+
+# -- store: open slots ------------------------------------------------------------------------
+
+def test_open_slots_take_their_frequency_when_written(tmp_path):
+    orders = (1, 3)
+    store = new_store(tmp_path / "s.zarr", np.full(4, np.nan), orders)
+    assert store.attrs["open_slots"] is True
+    store.write_point(0, make_record(18.0, orders, 1))
+    store.write_point(1, make_record(17.5, orders, 2))  # a trace may go back in frequency
+    ds = open_run(store.path)
+    f = ds["frequency"].values
+    assert f[0] == 18.0 and f[1] == 17.5 and np.isnan(f[2:]).all()
+    assert list(ds["leg"].values) == [0, 0, 0, 0]
+    assert RunStore.open(store.path).read_point(1).frequency_hz == 17.5
+    store.check_compatible(frequencies_hz=np.full(4, np.nan))  # open slots fit any trace
+    with pytest.raises(UserError, match="frequencies differ"):
+        store.check_compatible(frequencies_hz=np.full(5, np.nan))
+    with pytest.raises(ValueError, match="does not belong"):  # a finished slot keeps its frequency
+        store.write_point(1, make_record(17.6, orders, 3))
+    # the Bode plot draws an arclength trace in trace order, a grid sorted by frequency
+    store.write_point(2, make_record(17.8, orders, 5))
+
+    def drawn(ds):
+        fig = bode_figure(ds)
+        return next(ln for ln in fig.axes[0].lines if "measured" in str(ln.get_label())).get_xdata()
+
+    np.testing.assert_array_equal(drawn(open_run(store.path)), [17.5, 17.8, 18.0])
+    store.set_attrs(continuation="arclength")
+    np.testing.assert_array_equal(drawn(open_run(store.path)), [18.0, 17.5, 17.8])
+    grid = new_store(tmp_path / "g.zarr", [1.0, 2.0], orders)
+    assert grid.attrs["open_slots"] is False
+    with pytest.raises(ValueError, match="does not belong"):
+        grid.write_point(0, make_record(1.5, orders, 4))
+
+
+# -- the trace on the twin --------------------------------------------------------------------
+
+def reference(cfg, seed):
+    """The exact joined structure of the twin: the numerical side joined to the twin's true
+    PS beam (as the twin's linear reference builds it), with the sweep's force."""
+    rig = open_rig(load_rig(cfg.rig_path, cfg.rig_overrides), seed=seed)
+    try:
+        ns = cfg.numerical.numerical_substructure()
+        return joined_structure(ns, rig.ps_substructure, cfg.excitation.force_vector(ns))
+    finally:
+        rig.close()
+
+
+def curve_errors(ds, cfg, joined, fv):
+    """Per traced point: |U_k - U_ref,k| / |U_ref| (u, harmonics 1 and 3, relative to the
+    amplitude of the whole response) against the nearest exact point, and that point's
+    frequency offset [Hz]."""
+    done = np.asarray(ds["done"].values, dtype=bool)
+    f = ds["frequency"].values[done]
+    U = ds["interface_displacement"].values[done]
+    out = []
+    for fi, Ui in zip(f, U):
+        Ur, fr = nearest_on_curve(joined, fv, float(fi), cfg.sweep.harmonics, Ui, cfg.sweep.stop_hz - cfg.sweep.start_hz)
+        out.append([*(np.abs(Ui[0] - Ur[0]) / np.linalg.norm(Ur[0])), fr - fi])
+    return np.array(out)
+
+
+def test_nearest_on_curve_returns_an_exact_point_near_the_measured_one():
+    """From a 1 % perturbed exact state the projection comes back to the exact curve: the
+    same-frequency harmonic balance at the frequency it returns."""
+    cfg = load_sweep(CUBIC)
+    joined, fv = reference(cfg, 1)
+    sol = joined.solve(17.0, cfg.sweep.harmonics, force_vector=fv)
+    U, f = nearest_on_curve(joined, fv, 17.0, cfg.sweep.harmonics, sol.coefficients[:2] * 1.01, 4.0)
+    assert abs(f - 17.0) < 0.05
+    at_f = joined.solve(f, cfg.sweep.harmonics, force_vector=fv, start=sol.state)
+    np.testing.assert_allclose(U, at_f.coefficients[:2], rtol=0, atol=1e-6 * np.abs(U).max())
+
+
+def test_short_trace_on_the_twin_converges_matches_the_exact_curve_and_resumes(tmp_path):
+    """16.0-16.5 Hz of sweeps/cubic-interface.toml by arclength on the twin, interrupted after
+    the third point and resumed: every point converged, the trace continues from the last
+    finished point (the finished slots untouched), ends past the band, and every point lies
+    within 1 % of the joined structure's exact harmonic balance (harmonics 1 and 3)."""
+    over = ["sweep.stop_hz=16.5", "sweep.max_points=40", "output.plot=false"]
+    cfg = load_sweep(CUBIC, over)
+    path = tmp_path / "arc.zarr"
+
+    def progress(ev):
+        if isinstance(ev, PointFinished) and ev.n == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, path, progress=progress, seed=1, overrides=over)
+    first = open_run(path)
+    assert first.attrs["status"] == "interrupted" and first.attrs["continuation"] == "arclength"
+    done0 = np.asarray(first["done"].values, dtype=bool)
+    assert done0[:3].all() and not done0[3:].any()
+    written = first["written_utc"].values[:3].copy()
+    ds = resume(path, seed=1, plot=False)
+    assert ds.attrs["status"] == "completed" and ds.attrs["trace_finished"] is True
+    done = np.asarray(ds["done"].values, dtype=bool)
+    n = int(done.sum())
+    assert done[:n].all() and not done[n:].any() and 5 <= n < 40
+    np.testing.assert_array_equal(ds["written_utc"].values[:3], written)
+    assert np.asarray(ds["converged"].values)[:n].all() and exit_code(ds) == 0
+    f = ds["frequency"].values[:n]
+    assert f[0] == 16.0 and np.all(np.diff(f) > 0) and f[-1] > 16.5  # no fold below the folds
+    assert not ds.attrs.get("folds_hz")
+    joined, fv = reference(cfg, 1)
+    err = curve_errors(ds, cfg, joined, fv)
+    assert err[:, :2].max() < 0.01, err
+    # readers cope with the open slots: the plots draw the traced points only, in trace order
+    fig = bode_figure(ds)
+    line = next(ln for ln in fig.axes[0].lines if "measured" in str(ln.get_label()))
+    np.testing.assert_array_equal(line.get_xdata(), f)
+    assert convergence_png(path).is_file()
