@@ -145,8 +145,10 @@ def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | 
 #: evaluation's mean normalised squared residual exceeds this (the affine model or the
 #: evaluation is not trusted: a nonlinear rig over a long step, a transient left in a window)
 POOL_OUTLIER_CHI2 = 9.0
-#: relative singular-value cut-off of the whitened pool fit (:func:`pool_affine`): only
-#: directions at the floating-point floor are dropped
+#: relative eigenvalue cut-off of the pool fit's normal matrix (:func:`pool_affine`); a row
+#: beyond it is solved by SVD of the whitened problem, where only directions at the
+#: floating-point floor are dropped (POOL_SVD_RCOND)
+POOL_RCOND = 1e-13
 POOL_SVD_RCOND = 1e-15
 
 
@@ -171,27 +173,34 @@ def _pool_rows(dV, Y, w, A0, P):
     """Per-row MAP fit of ``Y[j, i] = A[i] . dV[j] + c[i]`` (weights ``w`` (J, n)), Gaussian
     prior ``A[i] ~ N(A0[i], 1/P[i])``; returns (c, var c, A, residuals (J, n)).
 
-    Solved per row as the whitened stacked least-squares problem (data rows ``sqrt(w) [dV, 1]``
-    over prior rows ``sqrt(P) [I, 0]``) by SVD, not through the normal equations: with very
-    precise data (a noise-free rig) the data weights exceed the prior's by 1e20 and more, and
-    a truncated pseudo-inverse of the normal matrix would zero the Jacobian in every
-    direction the data do not span instead of keeping the prior there."""
+    Through the normal equations; a row whose normal matrix is numerically singular
+    (condition beyond 1 / :data:`POOL_RCOND`: very precise data, e.g. a noise-free rig, outweigh
+    the prior by 1e20 and more) is solved instead as the whitened stacked least-squares problem
+    (data rows ``sqrt(w) [dV, 1]`` over prior rows ``sqrt(P) [I, 0]``) by SVD, so the prior
+    keeps the Jacobian in the directions the data do not span (a truncated pseudo-inverse of
+    the normal matrix zeroed them, and the iteration stalled)."""
     J, m = dV.shape
-    n = Y.shape[1]
     X = np.hstack([dV, np.ones((J, 1))])  # (J, m+1)
+    N = np.einsum("ja,ji,jb->iab", X, w, X)  # (n, m+1, m+1)
+    idx = np.arange(m)
+    N[:, idx, idx] += P
+    rhs = np.einsum("ja,ji,ji->ia", X, w, Y)
+    rhs[:, :m] += P * A0
+    Ninv = np.linalg.pinv(N, rcond=POOL_RCOND, hermitian=True)
+    theta = np.einsum("iab,ib->ia", Ninv, rhs)
+    vc = Ninv[:, m, m].copy()
+    ev = np.linalg.eigvalsh(N)
     prior_rows = np.hstack([np.eye(m), np.zeros((m, 1))])
-    c, vc, A = np.empty(n), np.empty(n), np.empty((n, m))
-    for i in range(n):
+    for i in np.flatnonzero(ev[:, 0] <= POOL_RCOND * ev[:, -1]):
         sw, sp = np.sqrt(w[:, i]), np.sqrt(P[i])
         M = np.vstack([sw[:, None] * X, sp[:, None] * prior_rows])
         b = np.concatenate([sw * Y[:, i], sp * A0[i]])
         U, S, Vt = np.linalg.svd(M, full_matrices=False)
         inv = np.where(S > S[0] * POOL_SVD_RCOND, 1.0 / np.where(S > 0, S, 1.0), 0.0)
-        theta = Vt.T @ (inv * (U.T @ b))
-        A[i], c[i] = theta[:m], theta[m]
+        theta[i] = Vt.T @ (inv * (U.T @ b))
         vc[i] = np.sum((Vt[:, m] * inv) ** 2)
-    res = Y - (X @ np.hstack([A, c[:, None]]).T)
-    return c, vc, A, res
+    res = Y - X @ theta.T
+    return theta[:, m], vc, theta[:, :m], res
 
 
 def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd) -> AffinePool:
