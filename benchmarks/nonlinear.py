@@ -40,7 +40,8 @@ from hbtest.sweep import run  # noqa: E402
 
 
 def measure(sweep_file: Path, profile: str, seed: int, extra) -> dict:
-    overrides = [f"solver.profile={profile}", *extra]
+    # the stepped grid (the file traces by arclength): the same points for both profiles
+    overrides = ["sweep.continuation=stepped", f"solver.profile={profile}", *extra]
     cfg = load_sweep(sweep_file, overrides)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.monotonic()
