@@ -141,7 +141,10 @@ def test_split_at_300_mm_clips_on_the_twin_where_predicted_and_not_where_predict
         if gauges:
             assert reason == "overrange"
             got[float(f)] = gauges
-    assert got == {18.5: {"g1", "g2"}}
+    # the twin clips at the predicted point only, on predicted gauges: the point stops at the
+    # first clipped record, which (with the hbtest profile's short early records) may hold only
+    # one of the two gauges predicted to clip there
+    assert set(got) == {18.5} and got[18.5] and got[18.5] <= predicted[18.5]
     assert np.all(ds["converged"].values[:3])
     # the sweep said it before the rig ran
     notices = [e.text for e in events if type(e).__name__ == "Notice"]
