@@ -22,7 +22,7 @@ QUIET = "rig_set=['virtual.noise.laser_rms_um=0.0', 'virtual.noise.gauge_rms_mic
 LEVELS = [0.005, 0.01, 0.02]
 #: grid 18.44..18.72 Hz in 0.04 Hz steps: every level's peak inside, every point below its fold
 #: (a stepped sweep up jumps down past the fold, and the point after the jump is not the peak)
-GRID = ["sweep.start_hz=18.44", "sweep.stop_hz=18.72", "sweep.points=8"]
+GRID = ["sweep.continuation=stepped", "sweep.start_hz=18.44", "sweep.stop_hz=18.72", "sweep.points=8"]  # the grid, not the file's arclength
 #: backbone frequency against the exact harmonic balance: half the grid step (parabola through
 #: three points of a skewed resonance; the highest point where the peak is at the band edge)
 BACKBONE_TOLERANCE_HZ = 0.02
@@ -52,7 +52,7 @@ def test_cubic_family_backbone_rises_as_the_exact_harmonic_balance():
 
 @pytest.fixture(scope="module")
 def cubic_auto(tmp_path_factory):
-    over = [QUIET, "sweep.start_hz=18.5", "sweep.stop_hz=18.9", "sweep.points=3", "sweep.harmonics='auto'"]
+    over = [QUIET, "sweep.continuation=stepped", "sweep.start_hz=18.5", "sweep.stop_hz=18.9", "sweep.points=3", "sweep.harmonics='auto'"]
     cfg = load_sweep(CUBIC, over)
     events = []
     ds = run(cfg, tmp_path_factory.mktemp("auto") / "a.zarr", plot=False, overrides=over, progress=events.append).load()
