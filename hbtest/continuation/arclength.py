@@ -26,7 +26,9 @@ Jacobian ``dr/dz`` (physically split, as the hbtest profile):
   point loop's own start), ``dY/df`` by one finite difference in frequency there
   (``frequency_fd_fraction`` of the band), then good-Broyden updates of the whole
   ``[dY/dV, dY/df]`` from every pair of successive evaluations whose change stands out of the
-  noise (a secant in voltage *and* frequency); re-measured when a corrector fails;
+  noise (a secant in voltage *and* frequency); within a corrector, the fit of the pooled
+  evaluations (below) replaces it, as the hbtest profile's pooled Jacobian does; re-measured
+  when a corrector fails;
 - the numerical part analytic: ``dr/dU_P = -dF_P*/dU`` from the AFT derivative of the
   numerical substructure (:meth:`hbtest.point.NumericalSide.force_residual_jacobian`),
   ``dr/dF_P = I``; the explicit frequency dependence of the model ``dr/df|_Y`` by a central
@@ -38,6 +40,13 @@ Convergence of a point: the point loop's rules — displacement-form norm below
 residual still implies within ``accuracy * |U_P|``; that error is the displacement change of
 the bordered Newton correction onto the curve (regular at a fold, where the fixed-frequency
 Jacobian is singular).
+
+Pooling: the hbtest profile caps a record's length (``max_record_factor``) and reaches the
+noise a point's accuracy needs by pooling every evaluation of the point. The corrector does the
+same: each judgement uses its evaluations so far pooled at the last one
+(:meth:`PointLoop.pool`, the rig output affine in the scaled ``(V, f)``, prior ``Gz`` within
+``pool_prior_fraction``), and each record asks for the noise that, pooled, meets the goal
+(``noise_target``). The accepted point stores the pooled estimate.
 
 Step control: after a point that needed ``n`` corrector evaluations the step is scaled by
 ``target_iterations / n`` (within ``[min_factor, max_factor]`` and ``[min_step, max_step]``); a
@@ -354,25 +363,62 @@ class HybridArclength:
         z = z0 + h * t0
         e_prev, z_prev = self.e, z0
         max_dv = self.s.max_voltage_step_factor * lp.s.max_step_v / self.v_scale
+        raws, zs = [], []  # this corrector's own evaluations and their scaled demands
+        pooled_noise = float("inf")
         for it in range(1, self.s.max_corrector_iterations + 1):
             V, f = self.unscale(z)
             num = self.numerical_side(f)
             self._last_num = num
-            e = lp.evaluate(num, V, self.s.settle_fraction * self.r_target, kind="start" if it == 1 else "iteration")
-            history.append(e)
-            z = self.scale(e.V, f)  # clipped to the voltage limit where the demand was beyond it
-            self._broyden(e_prev, z_prev, e, z)
-            if e.overrange:
+            raw = lp.evaluate(num, V, self.s.settle_fraction * self.r_target, kind="start" if it == 1 else "iteration",
+                              noise_target=self._noise_target(pooled_noise))
+            history.append(raw)
+            z = self.scale(raw.V, f)  # clipped to the voltage limit where the demand was beyond it
+            self._broyden(e_prev, z_prev, raw, z)
+            if raw.overrange:
                 return None
+            raws.append(raw)
+            zs.append(z)
+            e = self._pool(num, raws, zs)
+            pooled_noise = e.noise
             J = self.jacobian(num, e)
             ok, target = self._judge(num, e, J, t0)
             self.r_target = target
             if ok:
+                if e is not raw:
+                    history[-1] = e  # the point ends with the pooled estimate (rig time: the last record's own)
                 return z, e, num, J, it
             dz = bordered_step(J, t0, self.residual(num, e.meas), float(t0 @ (z - z0) - h))
             big = float(np.abs(dz[:-1]).max())
             if big > max_dv:
                 dz *= max_dv / big
-            e_prev, z_prev = e, z
+            e_prev, z_prev = raw, z
             z = z + dz
         return None
+
+    def _pool(self, num: NumericalSide, raws: list, zs: list):
+        """The corrector's evaluations so far pooled at the last one
+        (:meth:`PointLoop.pool` over the scaled demands ``z = (V, f)``, prior ``Gz`` within
+        ``pool_prior_fraction``), as the
+        hbtest profile pools a point's evaluations: a record is capped in length
+        (``max_record_factor``) and a point reaches the noise its accuracy needs by pooling,
+        not by one long record. The fitted ``[dY/dV, dY/df]`` replaces ``Gz`` where the
+        profile takes its Jacobian from the pool. Without pooling (another profile) the
+        last evaluation itself."""
+        prof = self.loop.profile
+        fraction = self.s.pool_prior_fraction
+        if not hasattr(prof, "pool_prior_fraction") or len(raws) < 2:
+            return raws[-1]
+        e, G = self.loop.pool(num, raws, self.Gz, fraction, demands=np.stack(zs))
+        if getattr(prof, "jacobian_from_pool", False):
+            self.Gz = G
+        return e
+
+    def _noise_target(self, pooled_noise: float) -> float | None:
+        """Residual noise [m] the next record must reach so that, pooled with the corrector's
+        evaluations so far (noise ``pooled_noise``), it meets the profile's goal for the
+        current residual level (:meth:`HbtestProfile.noise_target`); None for a profile
+        without one (its own window rule)."""
+        prof = self.loop.profile
+        if not hasattr(prof, "noise_target"):
+            return None
+        return float(prof.noise_target(self.r_target, pooled_noise))

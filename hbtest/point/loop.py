@@ -423,18 +423,24 @@ class PointLoop:
             return self.pack2(h - 1j * h)
         return self.output_scale(num) ** 2 * np.concatenate([packed(meas.displacement_variance), packed(meas.force_variance)])
 
-    def pool(self, num: NumericalSide, evaluations: list, G: np.ndarray, prior_fraction: float) -> tuple[Evaluation, np.ndarray]:
+    def pool(self, num: NumericalSide, evaluations: list, G: np.ndarray, prior_fraction: float,
+             demands=None) -> tuple[Evaluation, np.ndarray]:
         """The last of ``evaluations`` (all at this point's frequency) with its measurement
         replaced by the estimate from all of them (:func:`hbtest.estimators.pool_affine`:
         the rig output affine in the voltages, prior Jacobian ``G`` with entrywise standard
         deviation ``prior_fraction`` times the largest entry of its row). Rig time and
         windows stay the last evaluation's own; the estimate's ``n_periods`` counts every
         window used. Returns (that evaluation, the fitted rig Jacobian — ``G`` itself when
-        there is only one evaluation)."""
+        there is only one evaluation).
+
+        ``demands`` (one row per evaluation): the coordinates the output is affine in, when
+        they are not the packed voltages alone — e.g. the scaled ``(V, f)`` of an arclength
+        corrector whose evaluations differ slightly in frequency (``G`` then has one column
+        per coordinate). Default: each evaluation's ``V``."""
         last = evaluations[-1]
         if len(evaluations) == 1 or G is None or not np.any(G):
             return last, G  # nothing to pool, or no Jacobian known yet (an all-zero G is no prior)
-        V = np.stack([e.V for e in evaluations])
+        V = np.stack([e.V for e in evaluations]) if demands is None else np.atleast_2d(np.asarray(demands, dtype=float))
         Y = np.stack([e.Y for e in evaluations])
         var = np.stack([self.packed_output_variance(num, e.meas) for e in evaluations])
         # a row of G that is zero (an output the voltages do not reach, e.g. on a noise-free
@@ -442,7 +448,7 @@ class PointLoop:
         rowmax = np.max(np.abs(G), axis=1, keepdims=True)
         floor = POOL_ROW_FLOOR * max(float(np.max(np.abs(G))), np.finfo(float).tiny)
         sd = prior_fraction * np.maximum(rowmax, floor) * np.ones_like(G)
-        pl = estimators.pool_affine(V, Y, var, last.V, G, sd)
+        pl = estimators.pool_affine(V, Y, var, V[-1], G, sd)
         n = 2 * self.p
         scaleY = self.output_scale(num)
         def unpack(v):
