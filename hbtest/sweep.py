@@ -304,6 +304,12 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
             reference = sweep_reference(rig, ns)
             # force levels, active harmonics (auto), sync metrics: hbtest.family
             runner = FamilyRunner(cfg, store, rig, ns, F, settings, progress)
+            trace_ref = None
+            if not gridded and reference is not None:
+                from .continuation.reference import TraceReference
+
+                # an arclength trace turns at folds: its reference follows the measured branch
+                trace_ref = TraceReference(rig.ps_substructure, ns, F) if TraceReference.applies(rig, ns) else None
             say(RunStarted(cfg.name, str(store.path), desc.identity, cfg.solver.profile, int((~done).sum()), done.size, store.attrs.get("seed")))
             for i in np.flatnonzero(~done):
                 if gridded and freqs[i] != requested[i]:
@@ -318,7 +324,10 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
                 orders = np.asarray(runner.active)
                 out.message = explain_stop(out.message, out.reason, f, orders, desc.sensors, cfg.test.averaging_periods,
                                            [h.norm for h in out.history])
-                ref = reference(ns.substructure, runner.force_vector, f, orders) if reference is not None else None
+                if trace_ref is not None:
+                    ref = trace_ref(f, orders, out.final.meas.displacement if out.final is not None else None)
+                else:
+                    ref = reference(ns.substructure, runner.force_vector, f, orders) if reference is not None else None
                 rec = point_record(out, orders, runner.n_act, float(runner.amps[i]) if gridded else cfg.excitation.amplitude, ref,
                                    n_ch=len(store.evaluation_channels) or None,
                                    requested_hz=float(requested[i]) if gridded else None, note=notes[i])

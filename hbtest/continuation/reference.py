@@ -24,7 +24,7 @@ from ..numerical import NonlinearSubstructure
 from ..substructure import Substructure, join_beams
 
 __all__ = ["joined_structure", "reference_on_branch", "nearest_on_curve", "NEAREST_TOLERANCE", "NEAREST_MAX_ITERATIONS",
-           "NEAREST_FREQUENCY_STEP", "NEAREST_TANGENT_UPDATES"]
+           "NEAREST_FREQUENCY_STEP", "NEAREST_TANGENT_UPDATES", "TraceReference", "BRANCH_TOLERANCE"]
 
 #: :func:`nearest_on_curve`: Newton stops at a scaled step below this (the condensed joined beam
 #: rounds its residual at ~1e-9 relative: far below any measurement) ...
@@ -103,3 +103,42 @@ def nearest_on_curve(joined: NonlinearSubstructure, force_vector, frequency_hz: 
             x, f = z[:-1] * xs, float(z[-1] * frequency_scale)
             return harmonics.unpack(x.reshape(-1, p), orders)[:2], f
     raise ValueError(f"no exact point near the measured one at {frequency_hz:g} Hz (Newton did not converge)")
+
+
+#: :class:`TraceReference`: the branch Newton's answer is kept only within this relative
+#: distance of the measured fundamental (a larger one is another branch: the traced point lies
+#: just past an exact fold, where its own branch has no solution at its frequency)
+BRANCH_TOLERANCE = 0.1
+
+
+class TraceReference:
+    """The exact reference an arclength trace stores at each point: Newton at the traced
+    point's frequency from the *measured* interface state, so the reference is on the branch
+    the test is on (a reference continued in frequency jumps branches at every fold). Used
+    when the twin's physical side is linear and the numerical side's elements act on the
+    interface (:func:`joined_structure`); NaN where Newton fails or lands farther than
+    :data:`BRANCH_TOLERANCE` from the measurement. Called as ``(frequency_hz, orders,
+    measured)`` with ``measured`` the interface displacement (2, n_orders) or None."""
+
+    def __init__(self, ps: Substructure, ns: NonlinearSubstructure, force_vector):
+        self.joined, self.fv = joined_structure(ns, ps, force_vector)
+
+    @classmethod
+    def applies(cls, rig, ns) -> bool:
+        model = getattr(rig, "model", None)
+        ps_linear = model is None or not bool(model.spec.nonlinear)
+        return (hasattr(rig, "ps_substructure") and ps_linear and not getattr(ns, "is_linear", True)
+                and len(ns.active) == len(ns.interface))
+
+    def __call__(self, frequency_hz: float, orders, measured) -> np.ndarray:
+        orders = np.atleast_1d(np.asarray(orders, dtype=int))
+        nan = np.full((2, orders.size), np.nan + 0j)
+        if measured is None or not np.all(np.isfinite(measured)):
+            return nan
+        try:
+            U = reference_on_branch(self.joined, self.fv, frequency_hz, orders, measured)
+        except (ValueError, RuntimeError, np.linalg.LinAlgError, ArithmeticError):  # HarmonicBalanceError is a RuntimeError
+            return nan
+        k1 = int(np.argmax(orders == 1)) if np.any(orders == 1) else 0
+        scale = max(float(np.abs(measured[0, k1])), np.finfo(float).tiny)
+        return U if abs(U[0, k1] - measured[0, k1]) <= BRANCH_TOLERANCE * scale else nan
