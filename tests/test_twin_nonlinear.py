@@ -277,8 +277,8 @@ def test_harmonic_balance_reference_agrees_with_time_integration(sweep, f):
 
 def test_sweep_reference_choice_and_the_linear_limit():
     """Linear both sides: the closed form; a nonlinear side: the harmonic balance, which for a
-    stop never reached equals the closed form (to the Newton noise floor: 1e-8 here, 9.5e-8
-    measured on a fresh CI environment's numpy/BLAS, so the bound is 2e-7)."""
+    stop never reached equals the closed form (to the Newton noise floor: 1e-8 with one BLAS
+    thread, up to 6e-7 at the 18.5 Hz resonance with CI's threaded BLAS, so the bound is 2e-6)."""
     cfg = load_sweep(PAPER_SWEEP)
     ns = cfg.numerical.numerical_substructure()
     F = cfg.excitation.force_vector(ns)
@@ -289,7 +289,7 @@ def test_sweep_reference_choice_and_the_linear_limit():
     assert isinstance(ref, SweepReference)
     for f in (16.0, 18.5):
         want = lin.emulated_interface_response(ns.substructure, F, f, [1, 2])
-        np.testing.assert_allclose(ref(ns.substructure, F, f, [1, 2]), want, rtol=2e-7, atol=1e-12 * abs(want).max())
+        np.testing.assert_allclose(ref(ns.substructure, F, f, [1, 2]), want, rtol=2e-6, atol=1e-12 * abs(want).max())
 
 
 def test_sweep_reference_follows_the_branch_of_a_stepped_sweep():
