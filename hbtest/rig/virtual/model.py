@@ -348,15 +348,8 @@ def build_model(spec: VirtualSpec, layout: SensorLayout, fs: float) -> Model:
         q = int(math.floor(ts + 1e-12))
         gam = 1.0 - max(0.0, ts - q)
         sq.append(q)
-        sE.append(np.exp(x * gam))
-        if gam <= alpha:
-            sWp.append(phi(x * gam) * gam)
-            sWn.append(np.zeros_like(x))
-            slate.append(False)
-        else:
-            sWp.append(np.exp(x * (gam - alpha)) * phi(x * alpha) * alpha)
-            sWn.append(phi(x * (gam - alpha)) * (gam - alpha))
-            slate.append(True)
+        for acc, v in zip((sE, sWp, sWn, slate), fraction_weights(x, gam, alpha, phi)):
+            acc.append(v)
     empty = np.zeros((0, x.size), complex)
 
     # modes of the rig without the beam (clamp on springs + shakers)
@@ -379,6 +372,16 @@ def build_model(spec: VirtualSpec, layout: SensorLayout, fs: float) -> Model:
     )
 
 
+def fraction_weights(x, gam: float, alpha: float, phi):
+    """Exact propagation of the modal state ``exp(x t)`` over the fraction ``gam`` of a sample
+    (0..1) with the input held piecewise: (the state factor ``exp(x gam)``, the weight of the
+    previous held input, the weight of the new one (after the hold switches at ``alpha``), and
+    whether the switch lies inside the fraction). ``phi(y) = (exp(y) - 1) / y * dt``."""
+    if gam <= alpha:
+        return np.exp(x * gam), phi(x * gam) * gam, np.zeros_like(x), False
+    return np.exp(x * gam), np.exp(x * (gam - alpha)) * phi(x * alpha) * alpha, phi(x * (gam - alpha)) * (gam - alpha), True
+
+
 def _nonlinear_terms(spec, elements, index, nl_dofs, cm, D, rep, fac_r, Bz, Dy, x, dt, alpha, phi, nc) -> NonlinearTerms:
     """The :class:`NonlinearTerms` of a model whose inputs 4.. are the element forces and whose
     raw outputs after the channels and (u', theta') are the element DOFs' (q, q')."""
@@ -395,16 +398,8 @@ def _nonlinear_terms(spec, elements, index, nl_dofs, cm, D, rep, fac_r, Bz, Dy, 
     c1 = np.where(small, 0.5 + xh / 6, (np.expm1(ys) - ys) / ys**2) * (dt / S)
     sE, sWp, sWn, late = [], [], [], []
     for j in range(S):
-        gam = j / S
-        sE.append(np.exp(x * gam))
-        if gam <= alpha:
-            sWp.append(phi(x * gam) * gam)
-            sWn.append(np.zeros_like(x))
-            late.append(False)
-        else:
-            sWp.append(np.exp(x * (gam - alpha)) * phi(x * alpha) * alpha)
-            sWn.append(phi(x * (gam - alpha)) * (gam - alpha))
-            late.append(True)
+        for acc, v in zip((sE, sWp, sWn, late), fraction_weights(x, j / S, alpha, phi)):
+            acc.append(v)
     return NonlinearTerms(
         elements=elements, dofs=nl_dofs, index=index, Cq=Cq, Dq=D[nc + 2 :, 4:], Dq_lin=D[nc + 2 :, :2],
         Bz_nl=np.ascontiguousarray(Bz[:, 4:]), Dy_nl=Dy[:, 4:], substeps=S, a_h=a_h, c0=c0, c1=c1,
