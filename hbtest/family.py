@@ -318,20 +318,16 @@ def joined_reference(cfg, rig_cfg, amplitude_n: float | None = None):
     Returns ``(NonlinearSubstructure, force vector, interface DOF u name)``; its harmonic
     balance (:func:`hbtest.numerical.trace_response`) is the exact reference of a nonlinear
     hybrid test whose physical side is linear."""
-    from .numerical import NonlinearSubstructure
-    from .substructure import Substructure, join_beams
+    from .continuation.reference import joined_structure
+    from .substructure import Substructure
 
-    ns = cfg.numerical.substructure()
-    L = cfg.numerical.beam.length
-    tip = Substructure(rig_cfg.physical.build(left="free", right="free", x_offset=L), ("u0", "theta0"))
-    full = join_beams(ns, tip)
-    j = full.node_at(L)
-    sub = Substructure(full, (f"u{j}", f"theta{j}"))
-    elements = tuple(e.build(full) for e in cfg.numerical.nonlinear)
-    x = L if cfg.excitation.position is None else cfg.excitation.position
-    fv = np.zeros(full.n_dof, dtype=complex)
-    fv[full.index(f"u{full.node_at(x)}")] = cfg.excitation.amplitude if amplitude_n is None else amplitude_n
-    return NonlinearSubstructure(sub, elements), fv, f"u{j}"
+    ns = cfg.numerical.numerical_substructure()
+    tip = Substructure(rig_cfg.physical.build(left="free", right="free", x_offset=cfg.numerical.beam.length), ("u0", "theta0"))
+    F = cfg.excitation.force_vector(ns)
+    if amplitude_n is not None:
+        F = F * (amplitude_n / cfg.excitation.amplitude)
+    joined, fv = joined_structure(ns, tip, F)
+    return joined, fv, joined.interface[0]
 
 
 def exact_peak(ns, fv, dof: str, start_hz: float, stop_hz: float, orders, harmonic: int = 1, max_step: float = 0.05) -> tuple[float, float]:
