@@ -167,11 +167,15 @@ class AffinePool:
     jacobian: np.ndarray
     used: np.ndarray
     chi2: np.ndarray
+    #: (n, m, m) posterior covariance of each row of ``jacobian`` (the next prior of a
+    #: recursive estimate across points)
+    jacobian_cov: np.ndarray | None = None
 
 
 def _pool_rows(dV, Y, w, A0, P):
     """Per-row MAP fit of ``Y[j, i] = A[i] . dV[j] + c[i]`` (weights ``w`` (J, n)), Gaussian
-    prior ``A[i] ~ N(A0[i], 1/P[i])``; returns (c, var c, A, residuals (J, n)).
+    prior ``A[i] ~ N(A0[i], P[i]^-1)`` (``P`` (n, m, m) precision matrices); returns
+    (c, var c, A, residuals (J, n), covariance of A (n, m, m)).
 
     Through the normal equations; a row whose normal matrix is numerically singular
     (condition beyond 1 / :data:`POOL_RCOND`: very precise data, e.g. a noise-free rig, outweigh
@@ -182,34 +186,40 @@ def _pool_rows(dV, Y, w, A0, P):
     J, m = dV.shape
     X = np.hstack([dV, np.ones((J, 1))])  # (J, m+1)
     N = np.einsum("ja,ji,jb->iab", X, w, X)  # (n, m+1, m+1)
-    idx = np.arange(m)
-    N[:, idx, idx] += P
+    N[:, :m, :m] += P
     rhs = np.einsum("ja,ji,ji->ia", X, w, Y)
-    rhs[:, :m] += P * A0
+    rhs[:, :m] += np.einsum("iab,ib->ia", P, A0)
     Ninv = np.linalg.pinv(N, rcond=POOL_RCOND, hermitian=True)
     theta = np.einsum("iab,ib->ia", Ninv, rhs)
     vc = Ninv[:, m, m].copy()
+    covA = Ninv[:, :m, :m].copy()
     ev = np.linalg.eigvalsh(N)
-    prior_rows = np.hstack([np.eye(m), np.zeros((m, 1))])
     for i in np.flatnonzero(ev[:, 0] <= POOL_RCOND * ev[:, -1]):
-        sw, sp = np.sqrt(w[:, i]), np.sqrt(P[i])
-        M = np.vstack([sw[:, None] * X, sp[:, None] * prior_rows])
-        b = np.concatenate([sw * Y[:, i], sp * A0[i]])
+        sw = np.sqrt(w[:, i])
+        # prior rows: L^T [I, 0] with P = L L^T (a square root of the precision)
+        pw, pv = np.linalg.eigh(P[i])
+        Lt = (pv * np.sqrt(np.clip(pw, 0.0, None))).T
+        M = np.vstack([sw[:, None] * X, np.hstack([Lt, np.zeros((m, 1))])])
+        b = np.concatenate([sw * Y[:, i], Lt @ A0[i]])
         U, S, Vt = np.linalg.svd(M, full_matrices=False)
         inv = np.where(S > S[0] * POOL_SVD_RCOND, 1.0 / np.where(S > 0, S, 1.0), 0.0)
         theta[i] = Vt.T @ (inv * (U.T @ b))
-        vc[i] = np.sum((Vt[:, m] * inv) ** 2)
+        cov = (Vt.T * inv**2) @ Vt
+        vc[i] = cov[m, m]
+        covA[i] = cov[:m, :m]
     res = Y - X @ theta.T
-    return theta[:, m], vc, theta[:, :m], res
+    return theta[:, m], vc, theta[:, :m], res, covA
 
 
-def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd) -> AffinePool:
+def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd=None, *, prior_cov=None) -> AffinePool:
     """Outputs at the demand ``at`` from evaluations ``j`` of one point: demands ``V`` (J, m),
     outputs ``Y`` (J, n) with independent noise of variances ``variance`` (J, n) (same units
     squared), through the affine model ``Y_j = A (V_j - at) + c`` fitted row by row by weighted
     least squares with the Gaussian prior ``A ~ N(prior_jacobian, prior_sd^2)`` entrywise
     (``prior_sd`` broadcast to (n, m), > 0). ``c`` is the estimate; its variance is the
-    posterior one. Evaluations the model does not explain (:data:`POOL_OUTLIER_CHI2`) are
+    posterior one. ``prior_cov`` (n, m, m), instead of ``prior_sd``: a full prior covariance
+    of each row of ``A`` (e.g. the posterior ``jacobian_cov`` of a previous pool, grown by
+    what may have changed since). Evaluations the model does not explain (:data:`POOL_OUTLIER_CHI2`) are
     dropped, farthest from ``at`` first; the last evaluation (row J-1) is always kept.
 
     With one evaluation at ``at`` this is that evaluation. Unbiased when the rig is affine in
@@ -222,17 +232,25 @@ def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd) -> AffinePool:
     if Y.shape != (J, n) or var.shape != (J, n):
         raise ValueError(f"V {V.shape}, Y {Y.shape} and variance {var.shape} disagree")
     A0 = np.broadcast_to(np.asarray(prior_jacobian, dtype=float), (n, m))
-    sd = np.broadcast_to(np.asarray(prior_sd, dtype=float), (n, m))
-    if np.any(sd <= 0):
-        raise ValueError("prior_sd must be positive")
-    P = 1.0 / sd**2
+    if prior_cov is None:
+        if prior_sd is None:
+            raise ValueError("give prior_sd or prior_cov")
+        sd = np.broadcast_to(np.asarray(prior_sd, dtype=float), (n, m))
+        if np.any(sd <= 0):
+            raise ValueError("prior_sd must be positive")
+        P = np.einsum("ia,ab->iab", 1.0 / sd**2, np.eye(m))
+    else:
+        C = np.asarray(prior_cov, dtype=float)
+        if C.shape != (n, m, m):
+            raise ValueError(f"prior_cov {C.shape} is not {(n, m, m)}")
+        P = np.linalg.inv(C)
     floor = np.finfo(float).tiny
     w_all = 1.0 / np.maximum(var, floor)
     dV_all = V - np.asarray(at, dtype=float)
     keep = np.arange(J)
     dist = np.linalg.norm(dV_all, axis=1)
     while True:
-        c, vc, A, res = _pool_rows(dV_all[keep], Y[keep], w_all[keep], A0, P)
+        c, vc, A, res, covA = _pool_rows(dV_all[keep], Y[keep], w_all[keep], A0, P)
         chi2 = np.mean(res**2 * w_all[keep], axis=1)
         if keep.size <= 1 or np.max(chi2) <= POOL_OUTLIER_CHI2:
             break
@@ -240,4 +258,4 @@ def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd) -> AffinePool:
         if cand.size == 0:
             break
         keep = keep[keep != cand[np.argmax(dist[cand])]]
-    return AffinePool(c, vc, A, keep, chi2)
+    return AffinePool(c, vc, A, keep, chi2, covA)

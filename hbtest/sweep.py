@@ -174,7 +174,9 @@ def point_record(out: PointOutcome, orders, n_act: int, external_amplitude: floa
         force_variance=e.meas.force_variance if e else fnan,
         converged=bool(out.converged),
         iterations=int(out.iterations),
-        residual_norm=float(e.norm) if e else float("nan"),
+        # the residual the rig last held (the reported state may be the pooled fit's solution
+        # next to it: solution_offset says how far)
+        residual_norm=float((out.applied or e).norm) if e else float("nan"),
         rig_periods=float(out.rig_periods),
         history_voltage=np.stack([volt(h.V) for h in H]) if H else np.zeros((0, n_act, nh), complex),
         history_residual=np.stack([h.R for h in H]) if H else np.zeros((0, 2, nh), complex),
@@ -190,6 +192,7 @@ def point_record(out: PointOutcome, orders, n_act: int, external_amplitude: floa
         history_channel_variance=hc[1],
         frequency_requested=requested_hz,
         point_note=note,
+        solution_offset=float(out.solution_offset),
     )
 
 

@@ -38,13 +38,22 @@ def test_two_harmonic_sweep_balances_every_harmonic_and_matches_the_exact_refere
     assert np.all(ref[:, 1] == 0)  # force at k = 1 only, linear structure: no exact 2nd harmonic
     assert np.all(np.abs(U[:, 1]) <= 0.01 * np.abs(U[:, 0]))
     assert np.all(np.abs(U[:, 0] - ref[:, 0]) <= 0.01 * np.abs(ref[:, 0]))
-    # the per-harmonic residual of every evaluation is stored, the last one being the final
+    # the per-harmonic residual of every evaluation is stored, the last one being the last
+    # demand the rig held: the stored state is that one, or (solution_offset > 0) the pooled
+    # fit's solution next to it, where the residual vanishes
+    tol = float(ds.attrs["tolerance_m"])
     for i in range(ds.sizes["frequency"]):
         n = int(ds.history_length[i])
         hist = ds.history_residual.values[i, :n]
         assert n >= 1 and np.isfinite(hist).all()
         R = ds.interface_displacement.values[i] - ds.numerical_displacement.values[i]
-        np.testing.assert_allclose(hist[-1], R, rtol=1e-12, atol=1e-18)
+        # (the last demand held: the last row, or the one before a closing Jacobian re-measure)
+        assert np.min(np.abs(ds.history_residual_norm.values[i, :n] - float(ds.residual_norm[i]))) <= 1e-12 * tol
+        assert float(ds.residual_norm[i]) < tol
+        if float(ds.solution_offset[i]) == 0.0:
+            np.testing.assert_allclose(hist[-1], R, rtol=1e-12, atol=1e-18)
+        else:
+            assert np.all(np.abs(R) < 1e-6 * tol)
 
 
 def _point(overrides, frequency_hz):

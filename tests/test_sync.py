@@ -68,8 +68,10 @@ def test_stored_sync_metrics_match_an_independent_recomputation(twin_run):
         nsv = np.concatenate([ds.numerical_displacement.values[i, :, 0], F_N])
         np.testing.assert_allclose(ds.sync_amplitude_ratio.values[i, :, 0], np.abs(ps) / np.abs(nsv), rtol=1e-9)
         np.testing.assert_allclose(ds.sync_phase_deg.values[i, :, 0], np.degrees(np.angle(ps / nsv)), atol=1e-9)
-        # the residual bounds both: |r - 1| <= |PS - NS| / |NS|, |sin(phase)| likewise
-        bound = np.abs(ps - nsv) / np.abs(nsv)
+        # the residual bounds both: |r - 1| <= |PS - NS| / |NS|, |sin(phase)| likewise (plus
+        # the floating-point floor: a point reported at its pooled fit's solution has PS = NS
+        # to rounding)
+        bound = np.abs(ps - nsv) / np.abs(nsv) + 1e-13
         assert np.all(np.abs(ds.sync_amplitude_ratio.values[i, :, 0] - 1) <= bound * (1 + 1e-9))
         assert np.all(np.abs(np.sin(np.radians(ds.sync_phase_deg.values[i, :, 0]))) <= bound * (1 + 1e-9))
 

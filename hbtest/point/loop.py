@@ -133,6 +133,7 @@ class Carry:
     solutions: list = field(default_factory=list)  # (frequency_hz, V packed, Y packed)
     start_V: np.ndarray | None = None  # where to start when there is no solution yet (resume)
     r_target: float | None = None  # hbtest: residual level the last point needed [m]
+    G_cov: np.ndarray | None = None  # hbtest: posterior covariance of G's rows at the last point
 
 
 @dataclass
@@ -148,6 +149,16 @@ class PointOutcome:
     history: list  # of Evaluation, one per rig evaluation (line-search/FD trials included)
     message: str
     reason: str = "converged"
+    #: the last evaluation the rig held (pooled), when ``final`` is an estimate elsewhere: the
+    #: solution of the point's pooled affine fit (hbtest profile, ``solve_pool``); None when
+    #: ``final`` is itself the last evaluation
+    applied: Evaluation | None = None
+    #: |U* - U_P(applied)| [m, weighted norm]: how far the reported interface state lies from
+    #: the last one measured (0 when ``final`` is measured)
+    solution_offset: float = 0.0
+    #: stated standard uncertainty of the reported interface displacement [m, weighted norm]
+    #: from the measured noise (the profile's propagation; NaN when it states none)
+    uncertainty: float = float("nan")
     #: (u, theta): fraction of the measured interface displacement power in harmonics not
     #: solved for, from the final raw record (:func:`hbtest.sensors.excluded_energy_fraction`);
     #: None when the rig gave no samples (device averaging) or the point has no evaluation
@@ -423,8 +434,45 @@ class PointLoop:
             return self.pack2(h - 1j * h)
         return self.output_scale(num) ** 2 * np.concatenate([packed(meas.displacement_variance), packed(meas.force_variance)])
 
+    def packed_output_correlation(self, num: NumericalSide, meas) -> np.ndarray | None:
+        """Correlation matrix of the packed rig output ``Y`` of a measurement from the noise of
+        its raw channels (independent channels, circular complex noise): the sensor reduction
+        mixes channels (two lasers give u and theta, two gauges T and M), so the outputs'
+        errors are correlated. First order through the reduction, which is linear in the
+        channel coefficients. None when the measurement carries no raw channels."""
+        raw = getattr(meas, "raw_channels", None)
+        if raw is None:
+            return None
+        coef, var = (np.asarray(x) for x in raw)
+        names = self.layout.channel_names
+        if coef.shape[0] != len(names):
+            return None
+        f = num.frequency_hz
+        scaleY = self.output_scale(num)
+
+        def packed(c):
+            rec = ChannelCoefficients({n: c[i] for i, n in enumerate(names)}, {n: var[i] for i, n in enumerate(names)},
+                                      self.orders, f, 1, 0.0)
+            m = measure_interface_from_coefficients(rec, self.layout, self.orders, self.s.force_method)
+            return scaleY * np.concatenate([self.pack2(m.displacement), self.pack2(m.force)])
+
+        base = packed(coef)
+        cov = np.zeros((base.size, base.size))
+        for i in range(coef.shape[0]):
+            for k in range(coef.shape[1]):
+                for unit in (1.0, 1j):
+                    d = np.zeros_like(coef)
+                    d[i, k] = unit
+                    t = packed(coef + d) - base
+                    cov += (var[i, k] / (2.0 if self.orders[k] != 0 else 1.0)) * np.outer(t, t)
+        sd = np.sqrt(np.diag(cov))
+        ok = sd > 0
+        corr = np.eye(base.size)
+        corr[np.ix_(ok, ok)] = cov[np.ix_(ok, ok)] / np.outer(sd[ok], sd[ok])
+        return corr
+
     def pool(self, num: NumericalSide, evaluations: list, G: np.ndarray, prior_fraction: float,
-             demands=None) -> tuple[Evaluation, np.ndarray]:
+             demands=None, at=None, prior_cov=None, posterior: bool = False):
         """The last of ``evaluations`` (all at this point's frequency) with its measurement
         replaced by the estimate from all of them (:func:`hbtest.estimators.pool_affine`:
         the rig output affine in the voltages, prior Jacobian ``G`` with entrywise standard
@@ -436,10 +484,20 @@ class PointLoop:
         ``demands`` (one row per evaluation): the coordinates the output is affine in, when
         they are not the packed voltages alone — e.g. the scaled ``(V, f)`` of an arclength
         corrector whose evaluations differ slightly in frequency (``G`` then has one column
-        per coordinate). Default: each evaluation's ``V``."""
+        per coordinate). Default: each evaluation's ``V``.
+
+        ``at``: the demand (in the coordinates of ``demands``) the estimate is made at —
+        default the last evaluation's; elsewhere the returned evaluation's ``V`` is ``at``
+        (a demand the rig did not hold: the affine fit's estimate there, with its variance).
+
+        ``prior_cov`` (rows of ``G`` x coordinates x coordinates): a full prior covariance of
+        each row of the Jacobian instead of ``prior_fraction``'s entrywise one (a recursive
+        estimate carried from earlier points). ``posterior``: also return the fitted
+        Jacobian's posterior covariance (same shape; None when nothing was pooled)."""
         last = evaluations[-1]
-        if len(evaluations) == 1 or G is None or not np.any(G):
-            return last, G  # nothing to pool, or no Jacobian known yet (an all-zero G is no prior)
+        if G is None or not np.any(G) or (at is None and len(evaluations) == 1):
+            # nothing to pool, or no Jacobian known yet (an all-zero G is no prior)
+            return (last, G, prior_cov) if posterior else (last, G)
         V = np.stack([e.V for e in evaluations]) if demands is None else np.atleast_2d(np.asarray(demands, dtype=float))
         Y = np.stack([e.Y for e in evaluations])
         var = np.stack([self.packed_output_variance(num, e.meas) for e in evaluations])
@@ -448,7 +506,8 @@ class PointLoop:
         rowmax = np.max(np.abs(G), axis=1, keepdims=True)
         floor = POOL_ROW_FLOOR * max(float(np.max(np.abs(G))), np.finfo(float).tiny)
         sd = prior_fraction * np.maximum(rowmax, floor) * np.ones_like(G)
-        pl = estimators.pool_affine(V, Y, var, V[-1], G, sd)
+        where = V[-1] if at is None else np.asarray(at, dtype=float)
+        pl = estimators.pool_affine(V, Y, var, where, G, sd, prior_cov=prior_cov)
         n = 2 * self.p
         scaleY = self.output_scale(num)
         def unpack(v):
@@ -462,7 +521,10 @@ class PointLoop:
                                     # the raw channels stay the last window's own (re-reduction input)
                                     raw_channels=getattr(last.meas, "raw_channels", None))
         U_N, R, vec, noise = self.residual(num, meas)
-        return replace(last, meas=meas, U_N=U_N, R=R, norm=self.norm(R), vector=vec, Y=pl.value.copy(), noise=noise), pl.jacobian
+        est = replace(last, meas=meas, U_N=U_N, R=R, norm=self.norm(R), vector=vec, Y=pl.value.copy(), noise=noise)
+        if at is not None and demands is None:
+            est = replace(est, V=where.copy())
+        return (est, pl.jacobian, pl.jacobian_cov) if posterior else (est, pl.jacobian)
 
     def force_residual(self, num: NumericalSide, meas) -> np.ndarray:
         """The force-form residual ``D_N U_P + F_P - F_e``, packed, in newtons: force rows in N,

@@ -287,7 +287,33 @@ class HbtestProfile(SolverProfile):
     #: seed 1: 2 cuts the start residual below resonance from ~13 to 1-5 um and the periods
     #: by 7 %, but a point was then accepted from its first record at 1.08 % FRF error; 3
     #: overshoots at the resonance peak (over range). Kept at 1: the last solution.
-    predictor_points = 1
+    predictor_points = 2
+    #: recursive rig Jacobian across points: each point's pools take the previous point's
+    #: posterior as prior, its covariance grown by this fraction of each row's largest entry
+    #: (None: every point starts from the entrywise ``pool_prior_fraction`` prior). On the
+    #: noise-free bare-beam twin the exact Jacobian's entries change by up to 4.4 % of their
+    #: row's largest per 0.1 Hz step
+    #: ... and divided by this forgetting factor (recursive least squares with exponential
+    #: forgetting: directions no recent point measured grow uncertain geometrically — the
+    #: exact Jacobian drifts steadily with frequency, which a random walk underestimates)
+    #: propagate the outputs' noise with the correlation the sensor reduction gives them
+    #: (:meth:`PointLoop.packed_output_correlation`) instead of as independent
+    correlated_outputs = True
+    jacobian_forgetting = 0.8
+    jacobian_drift = 0.05
+    #: report each point at the solution of its pooled affine fit (:meth:`solution_estimate`)
+    #: and accept it when that estimate's stated uncertainty meets ``accuracy`` (with
+    #: ``accuracy > 0``), instead of iterating until the residual itself is that small
+    solve_pool = True
+    #: ... the estimate may lie this fraction of ``|U|`` from the last measured displacement
+    #: (farther, the point steps again: the affine fit is trusted for small moves only)
+    max_correction_fraction = 0.02
+    #: ... Newton steps on the affine model (one is exact for a linear numerical side)
+    solution_newton_steps = 4
+    #: ... the pooled residual noise an evaluation aims at, as a fraction of the level the
+    #: accuracy needs (the estimate's noise is that level's: its stated uncertainty meets
+    #: ``accuracy`` at one standard deviation with margin for the extrapolation)
+    solution_noise_fraction = 0.95
 
     def initial_window(self, s: PointSettings) -> int:
         return int(s.min_window_periods)
@@ -318,11 +344,11 @@ class HbtestProfile(SolverProfile):
             ok = d * q / (1 - q) < limit
         return ok
 
-    def extrapolated(self, carry: Carry, f: float) -> tuple[np.ndarray, np.ndarray]:
+    def extrapolated(self, carry: Carry, f: float, single: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """(V, Y) at ``f`` extrapolated in frequency (Lagrange, degree up to
         ``predictor_points - 1``) over the last solutions; the last solution itself when there
         is one, or when the frequency steps are not monotonic."""
-        sol = carry.solutions[-self.predictor_points:]
+        sol = carry.solutions[-(self.predictor_points if single else 1):]
         fs = np.array([x[0] for x in sol])
         if len(sol) >= 2:
             d = np.diff(np.r_[fs, f])  # only over evenly spaced, monotonic steps
@@ -333,12 +359,33 @@ class HbtestProfile(SolverProfile):
         Y = sum(wj * x[2] for wj, x in zip(w, sol))
         return V, Y
 
+    @staticmethod
+    def single_harmonic(loop: PointLoop) -> bool:
+        """One solved order (a linear test): the pooled-fit solution and the frequency
+        extrapolation apply. A multi-harmonic test (a nonlinear specimen) keeps the measured
+        rule and the last solution as predictor: measured on sweeps/contact-tip.toml 18.5-18.9
+        Hz, the solution's noise runs through the weakly controllable orders (DC, k >= 2) and
+        stalls 2 of 3 points, and a linear extrapolation across the contact's jump drives a
+        laser over range."""
+        return loop.orders.size == 1
+
+    def point_prior(self, carry: Carry):
+        """Prior covariance of the rig Jacobian's rows for this point's pools: the previous
+        point's posterior (``carry.G_cov``) grown by ``jacobian_drift`` times each row's
+        largest entry (what a frequency step may change), or None (the entrywise
+        ``pool_prior_fraction`` prior) when there is none."""
+        if carry.G_cov is None or carry.G is None or self.jacobian_drift is None:
+            return None
+        m = carry.G.shape[1]
+        q = self.jacobian_drift * np.max(np.abs(carry.G), axis=1)
+        return carry.G_cov / self.jacobian_forgetting + np.einsum("i,ab->iab", q**2, np.eye(m))
+
     def predict(self, loop: PointLoop, num: NumericalSide, carry: Carry) -> np.ndarray:
         """Voltages at the new frequency from the previous solutions and their measured rig
         outputs, both extrapolated in frequency (:meth:`extrapolated`), and the rig Jacobian,
         with the exact ``D_N`` of the new frequency: the linear rig model
         ``Y(V) = Y_extrapolated + G (V - V_extrapolated)`` solved for ``R = 0``."""
-        V_prev, Y = self.extrapolated(carry, num.frequency_hz)
+        V_prev, Y = self.extrapolated(carry, num.frequency_hz, self.single_harmonic(loop))
         n = 2 * loop.p
         scaleY = loop.output_scale(num)
         U = harmonics.unpack((Y[:n] / scaleY[:n]).reshape(2, loop.p), loop.orders)
@@ -412,11 +459,55 @@ class HbtestProfile(SolverProfile):
         r, limit = self.harmonic_limits(loop, num, e)
         return bool(np.all(r < limit))
 
-    def noise_target(self, r_target: float, pooled_noise: float) -> float:
+    def solution_estimate(self, loop: PointLoop, num: NumericalSide, evaluations: list, prior: np.ndarray, prior_cov,
+                          G: np.ndarray, e: Evaluation):
+        """The point's estimate at the solution ``V*`` of its pooled affine fit: Newton steps
+        on ``Y(V)`` (the affine fit over ``evaluations`` with the prior Jacobian ``prior``
+        and its row covariance ``prior_cov`` or None, :meth:`PointLoop.pool` at ``V*``; ``G``
+        its fitted Jacobian) from the pooled
+        evaluation ``e`` until the model's residual vanishes. Returns ``(estimate, sigma,
+        correction)``: the estimate is an :class:`Evaluation` at ``V*`` (a demand the rig did
+        not hold) with the fit's outputs and variances there; ``sigma`` the standard deviation
+        of its interface displacement (weighted norm, metres) by first-order propagation
+        of the outputs' noise through ``V*`` — ``dU* = (E_U - G_U J^+ P) dY``, ``P = dR/dY``,
+        ``J = P G`` — and ``correction`` ``|U* - U_e|``. None when ``V*`` is beyond the
+        voltage limit or the model's residual does not vanish."""
+        est, V = e, e.V.copy()
+        for _ in range(self.solution_newton_steps):
+            J = loop.residual_jacobian_from_G(num, G, at=est.meas)
+            V = V + solver.newton_step(J, est.vector)
+            if not np.array_equal(loop.clip(V), V):
+                return None
+            est, _ = loop.pool(num, evaluations, prior, self.pool_prior_fraction, at=V, prior_cov=prior_cov)
+            if est.norm <= 1e-9 * max(e.norm, loop.s.tolerance):
+                break
+        if est.norm > 1e-3 * min(loop.s.tolerance, max(e.norm, np.finfo(float).tiny / 1e-3)):
+            return None  # Newton on the fit did not reach its solution (a nonlinear side far off)
+        n = 2 * loop.p
+        var_Y = loop.packed_output_variance(num, est.meas)
+        P = loop.residual_jacobian_from_G(num, np.eye(var_Y.size), at=est.meas)
+        K = G[:n] @ np.linalg.pinv(P @ G, rcond=1e-10)
+        M = np.eye(n, var_Y.size) - K @ P
+        # the outputs' errors are correlated through the sensor reduction (lasers -> u, theta;
+        # gauges -> T, M): their covariance is the variances with the raw channels' correlation
+        C = loop.packed_output_correlation(num, e.meas) if self.correlated_outputs else None
+        C = np.eye(var_Y.size) if C is None else C
+
+        def spread(v):
+            sd = np.sqrt(v)
+            return float(np.sqrt(max(np.trace(M @ (C * np.outer(sd, sd)) @ M.T), 0.0)))
+
+        sigma = spread(var_Y)
+        # the same propagation with the noise of the estimate at the last demand: what more
+        # averaging there buys (the extrapolation's share falls as the point closes in)
+        sigma_here = spread(loop.packed_output_variance(num, e.meas))
+        return est, sigma, float(np.linalg.norm(est.Y[:n] - e.Y[:n])), sigma_here
+
+    def noise_target(self, r_target: float, pooled_noise: float, solve: bool = False) -> float:
         """Residual noise [m] the next evaluation's own record must reach so that, pooled with
         the information already measured at this point (noise ``pooled_noise``), the noise is
         ``noise_fraction_of_tolerance * settle_fraction * r_target``."""
-        goal = self.noise_fraction_of_tolerance * self.settle_fraction * r_target
+        goal = (self.solution_noise_fraction if solve else self.noise_fraction_of_tolerance * self.settle_fraction) * r_target
         if not np.isfinite(pooled_noise) or pooled_noise <= 0:
             return goal
         left = 1.0 / goal**2 - 1.0 / pooled_noise**2
@@ -444,6 +535,7 @@ class HbtestProfile(SolverProfile):
         ``accuracy * |U_P|``; settling and noise targets follow the residual level that this
         requires."""
         s = loop.s
+        solve = self.solve_pool and s.accuracy > 0 and self.single_harmonic(loop)
         if carry.solutions and carry.G is not None:
             V = self.predict(loop, num, carry)
         else:
@@ -453,19 +545,40 @@ class HbtestProfile(SolverProfile):
         history.append(raw)
         if carry.G is None:
             _, carry.G = loop.finite_differences(num, raw, history, self.settle_fraction * r_target)
-        # every evaluation of the point (FD trials included) pooled at the current voltages
+        # the Jacobian prior of every pool of this point
+        prior, prior_cov = carry.G, self.point_prior(carry)
+        G_cov = prior_cov
         e, _ = loop.pool(num, [h for h in history if np.array_equal(h.V, raw.V)] or [raw], carry.G, self.pool_prior_fraction)
         best, best_noise = e.norm, e.noise
         stalled, restarts, since = 0, 0, 0
         reason, message = "iteration_limit", None
         it = 0
+        final = None
+        sol = None
         while True:
             err, amp, dV = self.error_estimate(loop, num, carry.G, e)
             U = loop.displacement_amplitude(e)
-            r_target = min(self.residual_target(s, s.accuracy * U, amp), self.harmonic_target(loop, num, e))
+            sol = None
+            if solve and e.norm < s.tolerance:
+                sol = self.solution_estimate(loop, num, history, prior, prior_cov, carry.G, e)
+                if sol is not None and sol[3] > 0 and e.noise > 0:
+                    amp = sol[3] / e.noise  # displacement noise of the estimate per unit residual noise
+            if sol is not None and sol[3] > 0:
+                # the residual noise at which the estimate's own noise meets the accuracy
+                r_target = min(s.tolerance, s.accuracy * U / amp, self.harmonic_target(loop, num, e))
+            else:
+                r_target = min(self.residual_target(s, s.accuracy * U, amp), self.harmonic_target(loop, num, e))
             carry.r_target = r_target
-            ok = (e.norm < s.tolerance and (s.accuracy <= 0 or (err <= s.accuracy * U and e.settled))
+            # without the pooled-fit rule (multi-harmonic, or accuracy 0): the measured state is
+            # converged when the error its residual still implies is within the accuracy
+            ok = (not solve and e.norm < s.tolerance and (s.accuracy <= 0 or (err <= s.accuracy * U and e.settled))
                   and self.harmonics_balanced(loop, num, e))
+            final = None
+            if not ok and sol is not None:
+                # or the pooled fit's solution next to it is known well enough
+                ok = (e.settled and self.harmonics_balanced(loop, num, e)
+                      and sol[1] <= s.accuracy * U and sol[2] <= self.max_correction_fraction * U)
+                final = sol[0] if ok else None
             if e.overrange:
                 reason = "overrange"
                 break
@@ -477,12 +590,21 @@ class HbtestProfile(SolverProfile):
             it += 1
             step = solver.limit_step(dV, s.max_step_v)
             prev_raw = raw
-            raw = loop.evaluate(num, e.V + step, self.settle_fraction * r_target, noise_target=self.noise_target(r_target, e.noise))
+            # what is known at the solution: the estimate there (its noise and extrapolation, in
+            # residual units), or the pooled noise at the last demand when there is none yet
+            known = sol[1] / amp if sol is not None and amp > 0 else e.noise
+            raw = loop.evaluate(num, e.V + step, self.settle_fraction * r_target, noise_target=self.noise_target(r_target, known, solve))
             history.append(raw)
             dVm, dY = raw.V - prev_raw.V, raw.Y - prev_raw.Y
             if solver.informative(dY, max(prev_raw.noise, raw.noise) / np.sqrt(dY.size)):
                 carry.G = solver.good_broyden_update(carry.G, dVm, dY)
-            e, G_fit = loop.pool(num, history, carry.G, self.pool_prior_fraction)
+            # prior mean: in a linear (single-harmonic) test the point's own start Jacobian, so
+            # the pool counts each measurement once; in a multi-harmonic one (a nonlinear
+            # specimen) the Jacobian after the latest secant, the local slope. Its covariance:
+            # the carried posterior's (:meth:`point_prior`) or the entrywise one
+            if not solve:
+                prior = carry.G
+            e, G_fit, G_cov = loop.pool(num, history, prior, self.pool_prior_fraction, prior_cov=prior_cov, posterior=True)
             if self.jacobian_from_pool:
                 carry.G = G_fit
             since += 1
@@ -499,6 +621,7 @@ class HbtestProfile(SolverProfile):
                     break
                 # stagnation: re-measure the rig Jacobian around the current voltages
                 _, carry.G = loop.finite_differences(num, raw, history, self.settle_fraction * r_target)
+                prior, prior_cov = carry.G, None
                 restarts += 1
                 stalled = 0
                 best, best_noise = e.norm, e.noise
@@ -506,4 +629,9 @@ class HbtestProfile(SolverProfile):
             # the history's last evaluation carries the pooled estimate the point ends with
             # (its own rig time and windows unchanged)
             history[-1] = e
-        return loop.outcome(num, e, reason == "converged", it, history, reason, message)
+        # the point's posterior Jacobian is the next point's prior (:meth:`point_prior`)
+        carry.G_cov = G_cov if reason == "converged" else None
+        out = loop.outcome(num, e if final is None else final, reason == "converged", it, history, reason, message)
+        if final is not None:
+            out.applied, out.solution_offset, out.uncertainty = e, float(sol[2]), float(sol[1])
+        return out

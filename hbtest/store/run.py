@@ -148,6 +148,7 @@ class PointRecord:
     # on a mains multiple: hbtest.design.mains), and why; None / "" = run where asked
     frequency_requested: float | None = None
     point_note: str = ""
+    solution_offset: float = 0.0
 
 
 # ---------------------------------------------------------------------------------------
@@ -159,7 +160,7 @@ _SCHEMA: dict[str, tuple[tuple[str, ...], str, str, str]] = {
     "interface_force": (("dof", "harmonic"), "c", "N | N m", "interface force measured on the physical substructure (shear T conjugate to u, moment M to theta)"),
     "numerical_displacement": (("dof", "harmonic"), "c", "m | rad", "interface displacement demanded by the numerical substructure, D_N^-1 (F_ext - F_P)"),
     "external_force": (("harmonic",), "c", "N", "external force on the numerical substructure"),
-    "voltage": (("actuator", "harmonic"), "c", "V", "actuator voltage coefficients at the end of the point"),
+    "voltage": (("actuator", "harmonic"), "c", "V", "actuator voltage coefficients of the point's solution (the last demand, or the pooled fit's solution next to it: see solution_offset)"),
     "interface_displacement_variance": (("dof", "harmonic"), "f", "m2 | rad2", "variance of the mean of the measured displacement coefficients, E|X - EX|^2 / n_periods"),
     "interface_force_variance": (("dof", "harmonic"), "f", "N2 | N2 m2", "variance of the mean of the measured force coefficients, E|X - EX|^2 / n_periods"),
     "reference_interface_displacement": (("dof", "harmonic"), "c", "m | rad", "exact interface displacement of the emulated structure (virtual rigs only; NaN otherwise)"),
@@ -185,6 +186,8 @@ _SCHEMA: dict[str, tuple[tuple[str, ...], str, str, str]] = {
     # optional (stores written before them lack them): a point moved off a mains coincidence
     "frequency_requested": ((), "f", "Hz", "frequency the sweep file asked for (the coordinate holds the one applied)"),
     "point_note": ((), "s", "", "what the sweep decided at this point before running it (e.g. moved off a mains multiple)"),
+    # optional (issue 16): the point is the solution of its pooled affine fit next to the last demand
+    "solution_offset": ((), "f", "m", "distance of the reported interface displacement from the last one measured, |U* - U_P(last demand)| (weighted norm; 0: reported as measured)"),
     # raw records (schema 3; only in a store created with raw_records): re-reduction input
     "raw_samples": (("channel", "sample"), "f", "V", "raw channel samples of the final acquisition window (valid: the first raw_length)"),
     "raw_time_start": ((), "f", "s", "demand time of the first raw sample"),
@@ -240,7 +243,7 @@ def _is_store(path: Path) -> bool:
 
 
 #: variables a store may lack: the reference exists for virtual rigs only; later schemas added some
-_OPTIONAL = {"reference_interface_displacement", "frequency_requested", "point_note", *RAW_VARIABLES, *EVALUATION_VARIABLES,
+_OPTIONAL = {"reference_interface_displacement", "frequency_requested", "point_note", "solution_offset", *RAW_VARIABLES, *EVALUATION_VARIABLES,
              *SYNC_VARIABLES, "harmonic_active"}
 _ADDED_IN_SCHEMA = {"stop_reason": 2, **{n: 3 for n in RAW_VARIABLES}}
 
@@ -344,6 +347,7 @@ class RunStore:
         self.max_iterations = int(g["iteration"].shape[0]) - 1
         self.has_reference = "reference_interface_displacement" in g.array_keys()
         self.has_point_notes = "frequency_requested" in g.array_keys()  # optional, see _OPTIONAL
+        self.has_solution_offset = "solution_offset" in g.array_keys()  # optional, see _OPTIONAL
         self.schema_version = int(g.attrs.get("schema_version", 1))
         self.raw_channels = tuple(str(c) for c in g["channel"][...]) if "raw_samples" in g.array_keys() else ()
         self.raw_max_samples = int(g["raw_samples"].shape[-1]) if self.raw_channels else 0
@@ -656,6 +660,8 @@ class RunStore:
         if self.has_point_notes:
             values["frequency_requested"] = np.float64(rec.frequency_hz if rec.frequency_requested is None else rec.frequency_requested)
             values["point_note"] = np.array(str(rec.point_note or ""), dtype=object)
+        if self.has_solution_offset:
+            values["solution_offset"] = np.float64(rec.solution_offset)
         if self.has_reference:
             ref = rec.reference_interface_displacement
             values["reference_interface_displacement"] = np.full((2, nh), _CNAN) if ref is None else arr(ref, (2, nh), "c", "reference_interface_displacement")
@@ -822,6 +828,7 @@ class RunStore:
             **{name: (ds[name].values[:n] if name in ds and not np.all(np.isnan(ds[name].values[:n])) else None) for name in EVALUATION_VARIABLES},
             frequency_requested=float(ds["frequency_requested"]) if self.has_point_notes else None,
             point_note=str(ds["point_note"].values) if self.has_point_notes else "",
+            solution_offset=float(ds["solution_offset"]) if self.has_solution_offset else 0.0,
         )
 
 
