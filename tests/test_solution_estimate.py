@@ -9,7 +9,6 @@ form), and a seeded statistical check that the stated uncertainty covers the rea
 from pathlib import Path
 
 import numpy as np
-import pytest
 from hypothesis import given, settings, strategies as st
 
 from hbtest.config import load_rig, load_sweep

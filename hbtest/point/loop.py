@@ -159,6 +159,9 @@ class PointOutcome:
     #: stated standard uncertainty of the reported interface displacement [m, weighted norm]
     #: from the measured noise (the profile's propagation; NaN when it states none)
     uncertainty: float = float("nan")
+    #: its share from the noise of the measurements alone, as if they had all been made at the
+    #: reported demand (no extrapolation) [m, weighted norm]; NaN when not stated
+    noise_uncertainty: float = float("nan")
     #: (u, theta): fraction of the measured interface displacement power in harmonics not
     #: solved for, from the final raw record (:func:`hbtest.sensors.excluded_energy_fraction`);
     #: None when the rig gave no samples (device averaging) or the point has no evaluation
