@@ -339,7 +339,7 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
                 except OSError as e:
                     status, cause, reason = "interrupted", "store", f"cannot write point {i} ({f:g} Hz) to {store.path}: {e.strerror or e}"
                     raise StoreWriteError(f"{store.path}: {reason.split(': ', 1)[-1]}; the run stopped, free the space and `hbtest resume {store.path}`") from None
-                say(PointFinished(n, of, i, f, out.iterations, float(out.final.norm) if out.final else float("nan"),
+                say(PointFinished(n, of, i, f, out.iterations, float((out.applied or out.final).norm) if out.final else float("nan"),
                                   float(out.rig_periods), bool(out.converged), out.reason, out.message))
                 stop_on = {"trip": cfg.sweep.on_trip, "overrange": cfg.sweep.on_overrange}.get(out.reason)
                 if out.reason == "trip" and stop_on != "stop" and hasattr(rig, "clear_trip"):
