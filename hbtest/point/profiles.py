@@ -380,8 +380,9 @@ class HbtestProfile(SolverProfile):
         extrapolation apply. A multi-harmonic test (a nonlinear specimen) keeps the measured
         rule and the last solution as predictor: measured on sweeps/contact-tip.toml 18.5-18.9
         Hz, the solution's noise runs through the weakly controllable orders (DC, k >= 2) and
-        stalls 2 of 3 points, and a linear extrapolation across the contact's jump drives a
-        laser over range."""
+        stalls 2 of 3 points, a linear extrapolation across the contact's jump drives a
+        laser over range, and the carried Jacobian posterior (an amplitude-dependent slope
+        taken for a constant) stalls one."""
         return loop.orders.size == 1
 
     def point_prior(self, carry: Carry):
@@ -561,7 +562,7 @@ class HbtestProfile(SolverProfile):
         if carry.G is None:
             _, carry.G = loop.finite_differences(num, raw, history, self.settle_fraction * r_target)
         # the Jacobian prior of every pool of this point
-        prior, prior_cov = carry.G, self.point_prior(carry)
+        prior, prior_cov = carry.G, (self.point_prior(carry) if self.single_harmonic(loop) else None)
         G_cov = prior_cov
         e, _ = loop.pool(num, [h for h in history if np.array_equal(h.V, raw.V)] or [raw], carry.G, self.pool_prior_fraction)
         best, best_noise = e.norm, e.noise
