@@ -247,10 +247,12 @@ def test_set_attrs_keeps_the_status(twin15):
 @pytest.mark.slow
 def test_paper_sweep_over_seeds(tmp_path):
     misses = 0
+    covered = np.zeros(3)  # complex, magnitude, points
     for seed in (1, 2, 3, 4, 5):
         ds = open_run(_sweep(tmp_path / f"paper-{seed}.zarr", [], seed=seed)).load()
         cov = uncertainty_coverage(ds)
-        assert cov["complex"] >= 0.9 and cov["magnitude"] >= 0.9
+        covered += [cov["complex"] * cov["n"], cov["magnitude"] * cov["n"], cov["n"]]
+        assert cov["complex"] >= 0.8 and cov["magnitude"] >= 0.8  # a seed: 31 points
         (mode,) = fit_modes(ds)
         exact = model_mode(ds, 18.5)
         assert mode.frequency_hz == pytest.approx(exact["frequency_hz"], rel=1e-3)
@@ -259,6 +261,9 @@ def test_paper_sweep_over_seeds(tmp_path):
         misses += not (mode.damping_ratio_ci[0] <= exact["damping_ratio"] <= mode.damping_ratio_ci[1])
     # 95 % intervals: 10 statements, at most 2 misses (P(>2 misses) = 1 %)
     assert misses <= 2
+    # 2 sigma over all 155 points: about 0.95 when the uncertainty is right (0.9 is 2.9 sd
+    # of the binomial below; one seed's 31 points alone miss 0.9 with ~7 % probability)
+    assert covered[0] / covered[2] >= 0.9 and covered[1] / covered[2] >= 0.9, covered
 
 
 def test_two_swept_modes_are_fitted_separately(tmp_path):

@@ -44,6 +44,9 @@ TWIN_ACTUATORS = 2
 NONLINEAR_SUBSTEPS = 2
 
 
+#: largest clamp mass [kg], inertia [kg m2], stiffness or damping of [virtual.clamp] (SI)
+CLAMP_MAX = 1e9
+
 @dataclass(frozen=True)
 class ShakerSpec:
     """An electrodynamic shaker with its amplifier and stinger (SI units).
@@ -216,13 +219,15 @@ def parse_virtual(sec: Section, physical: BeamSpec, sensors, common) -> VirtualS
         raise sec.error("mesh_root_element_mm", f"mesh of about {n_el} elements is too fine (max 3000)")
 
     cl = sec.sub("clamp")
+    # upper bounds far beyond any lab clamp: beyond them the twin's eigenproblem loses every
+    # mode to overflow (a clamp of 1e308 kg used to end in a traceback)
     clamp = ClampSpec(
-        mass=cl.number("mass_kg", positive=True),
-        inertia=cl.number("inertia_kg_m2", positive=True),
-        support_stiffness=cl.number("support_stiffness_n_per_m", positive=True),
-        support_damping=cl.number("support_damping_n_s_per_m", 0.0, nonnegative=True),
-        rotational_stiffness=cl.number("rotational_stiffness_nm_per_rad", positive=True),
-        rotational_damping=cl.number("rotational_damping_nms_per_rad", 0.0, nonnegative=True),
+        mass=cl.number("mass_kg", positive=True, max=CLAMP_MAX),
+        inertia=cl.number("inertia_kg_m2", positive=True, max=CLAMP_MAX),
+        support_stiffness=cl.number("support_stiffness_n_per_m", positive=True, max=CLAMP_MAX),
+        support_damping=cl.number("support_damping_n_s_per_m", 0.0, nonnegative=True, max=CLAMP_MAX),
+        rotational_stiffness=cl.number("rotational_stiffness_nm_per_rad", positive=True, max=CLAMP_MAX),
+        rotational_damping=cl.number("rotational_damping_nms_per_rad", 0.0, nonnegative=True, max=CLAMP_MAX),
     )
     cl.finish()
 
