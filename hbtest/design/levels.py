@@ -173,11 +173,11 @@ def _plant_voltage(rig_cfg, freqs, lasers_target) -> np.ndarray | None:
     plant (least squares over the lasers), or None for a rig without a plant model."""
     if rig_cfg.kind != "virtual":
         return None
-    from ..rig.virtual.model import build_model
+    from ..rig.virtual.model import build_model_or_config_error
     from ..rig.virtual.reference import frequency_response
 
     spec = rig_cfg.spec
-    model = build_model(spec, spec.simulated_sensors(rig_cfg.sensors), rig_cfg.sample_rate_hz)
+    model = build_model_or_config_error(spec, spec.simulated_sensors(rig_cfg.sensors), rig_cfg.sample_rate_hz, rig_cfg.source)
     names = list(model.layout.channel_names)
     rows = [names.index(c.name) for c in rig_cfg.sensors.lasers]
     V = np.zeros((model.spec.shakers.__len__(), len(freqs)), complex)

@@ -234,6 +234,18 @@ def assemble(spec: VirtualSpec, layout: SensorLayout, with_beam: bool = True):
 
 
 @functools.lru_cache(maxsize=8)
+def build_model_or_config_error(spec, sensors, sample_rate_hz: float, source):
+    """:func:`build_model`, its ``ValueError`` (values the twin cannot simulate: an
+    eigenproblem that overflows or is ill-conditioned) turned into a
+    :class:`~hbtest.errors.ConfigError` naming the rig file ``source`` (a path or text label)."""
+    from ...errors import ConfigError
+
+    try:
+        return build_model(spec, sensors, sample_rate_hz)
+    except ValueError as e:
+        raise ConfigError(str(getattr(source, "path", source)), "virtual", f"the twin cannot simulate these values: {e}") from None
+
+
 def build_model(spec: VirtualSpec, layout: SensorLayout, fs: float) -> Model:
     """The diagonal, discretised model (cached: one per spec, layout and sample rate)."""
     b, nb, nm, A, E, B, MCK = assemble(spec, layout)

@@ -22,7 +22,7 @@ from .. import Acquisition, RigDescription, check_voltage
 from ..safety import normalise_demand
 from . import reference
 from .engine import MAX_CHUNK, Engine
-from .model import amplifier_input, build_model, input_harmonics
+from .model import amplifier_input, build_model_or_config_error, input_harmonics
 from .reference import SteadyState
 from .spec import VirtualSpec
 
@@ -69,7 +69,7 @@ class VirtualRig:
         self.dt = 1.0 / self.fs
         self.seed = int(spec.seed if seed is None else seed)
         self.noise = bool(noise)
-        self._m = build_model(spec, spec.simulated_sensors(self.sensors), self.fs)  # the true sensors
+        self._m = build_model_or_config_error(spec, spec.simulated_sensors(self.sensors), self.fs, rig_config.source)  # the true sensors
         if self._m.nonlinear is not None:
             _check_explicit(self._m, getattr(rig_config.source, "path", rig_config.source))
         self._engine = Engine(self._m, self.seed, noise=self.noise, per_sample=per_sample)
