@@ -496,7 +496,7 @@ class PointLoop:
         ``prior_cov`` (rows of ``G`` x coordinates x coordinates): a full prior covariance of
         each row of the Jacobian instead of ``prior_fraction``'s entrywise one (a recursive
         estimate carried from earlier points). ``posterior``: also return the fitted
-        Jacobian's posterior covariance (same shape; None when nothing was pooled)."""
+        Jacobian's posterior covariance (same shape; the prior's when nothing was pooled)."""
         last = evaluations[-1]
         if G is None or not np.any(G) or (at is None and len(evaluations) == 1):
             # nothing to pool, or no Jacobian known yet (an all-zero G is no prior)

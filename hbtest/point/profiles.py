@@ -482,12 +482,15 @@ class HbtestProfile(SolverProfile):
         and its row covariance ``prior_cov`` or None, :meth:`PointLoop.pool` at ``V*``; ``G``
         its fitted Jacobian) from the pooled
         evaluation ``e`` until the model's residual vanishes. Returns ``(estimate, sigma,
-        correction)``: the estimate is an :class:`Evaluation` at ``V*`` (a demand the rig did
-        not hold) with the fit's outputs and variances there; ``sigma`` the standard deviation
-        of its interface displacement (weighted norm, metres) by first-order propagation
-        of the outputs' noise through ``V*`` — ``dU* = (E_U - G_U J^+ P) dY``, ``P = dR/dY``,
-        ``J = P G`` — and ``correction`` ``|U* - U_e|``. None when ``V*`` is beyond the
-        voltage limit or the model's residual does not vanish."""
+        correction, sigma_here)``: the estimate is an :class:`Evaluation` at ``V*`` (a demand
+        the rig did not hold) with the fit's outputs and variances there; ``sigma`` the
+        standard deviation of its interface displacement (weighted norm, metres) by first-order
+        propagation of the outputs' noise through ``V*`` — ``dU* = (E_U - G_U J^+ P) dY``,
+        ``P = dR/dY``, ``J = P G``, the outputs correlated as the sensor reduction makes them
+        (``correlated_outputs``); ``correction`` ``|U* - U_e|``; ``sigma_here`` the same
+        propagation of the pooled noise at the last demand (no extrapolation: what more
+        averaging buys). None when ``V*`` is beyond the voltage limit or the model's residual
+        does not vanish."""
         est, V = e, e.V.copy()
         for _ in range(self.solution_newton_steps):
             J = loop.residual_jacobian_from_G(num, G, at=est.meas)
@@ -522,7 +525,8 @@ class HbtestProfile(SolverProfile):
     def noise_target(self, r_target: float, pooled_noise: float, solve: bool = False) -> float:
         """Residual noise [m] the next evaluation's own record must reach so that, pooled with
         the information already measured at this point (noise ``pooled_noise``), the noise is
-        ``noise_fraction_of_tolerance * settle_fraction * r_target``."""
+        ``noise_fraction_of_tolerance * settle_fraction * r_target`` — or, under the pooled-fit
+        rule (``solve``), ``solution_noise_fraction * r_target``."""
         goal = (self.solution_noise_fraction if solve else self.noise_fraction_of_tolerance * self.settle_fraction) * r_target
         if not np.isfinite(pooled_noise) or pooled_noise <= 0:
             return goal
@@ -570,7 +574,6 @@ class HbtestProfile(SolverProfile):
         reason, message = "iteration_limit", None
         it = 0
         final = None
-        sol = None
         while True:
             err, amp, dV = self.error_estimate(loop, num, carry.G, e)
             U = loop.displacement_amplitude(e)
