@@ -162,6 +162,12 @@ class PointOutcome:
     #: its share from the noise of the measurements alone, as if they had all been made at the
     #: reported demand (no extrapolation) [m, weighted norm]; NaN when not stated
     noise_uncertainty: float = float("nan")
+    #: ``uncertainty`` with the fitted rig Jacobian's own uncertainty (the pool's posterior)
+    #: propagated too, to second order
+    #: (:meth:`hbtest.point.profiles.HbtestProfile.displacement_uncertainty`) [m, weighted
+    #: norm]: the stored figure; ``uncertainty``, the acceptance's, runs about 15 % low
+    #: because the Jacobian's weakly measured directions are off; NaN when not stated
+    uncertainty_with_jacobian: float = float("nan")
     #: (u, theta): fraction of the measured interface displacement power in harmonics not
     #: solved for, from the final raw record (:func:`hbtest.sensors.excluded_energy_fraction`);
     #: None when the rig gave no samples (device averaging) or the point has no evaluation
