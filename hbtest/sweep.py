@@ -193,6 +193,7 @@ def point_record(out: PointOutcome, orders, n_act: int, external_amplitude: floa
         frequency_requested=requested_hz,
         point_note=note,
         solution_offset=float(out.solution_offset),
+        displacement_uncertainty=float(out.uncertainty_with_jacobian),
     )
 
 

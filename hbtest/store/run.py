@@ -149,6 +149,9 @@ class PointRecord:
     frequency_requested: float | None = None
     point_note: str = ""
     solution_offset: float = 0.0
+    # standard uncertainty of the reported interface displacement [m, weighted norm]; NaN:
+    # not stated (hbtest.point.PointOutcome.uncertainty_with_jacobian)
+    displacement_uncertainty: float = float("nan")
 
 
 # ---------------------------------------------------------------------------------------
@@ -188,6 +191,7 @@ _SCHEMA: dict[str, tuple[tuple[str, ...], str, str, str]] = {
     "point_note": ((), "s", "", "what the sweep decided at this point before running it (e.g. moved off a mains multiple)"),
     # optional (issue 16): the point is the solution of its pooled affine fit next to the last demand
     "solution_offset": ((), "f", "m", "distance of the reported interface displacement from the last one measured, |U* - U_P(last demand)| (weighted norm; 0: reported as measured)"),
+    "displacement_uncertainty": ((), "f", "m", "standard uncertainty of the reported interface displacement (weighted norm |(u, l theta)| over the solved harmonics, l = test.rotation_length): the measured noise propagated through the solution, the fitted rig Jacobian's own uncertainty included; NaN: not stated"),
     # raw records (schema 3; only in a store created with raw_records): re-reduction input
     "raw_samples": (("channel", "sample"), "f", "V", "raw channel samples of the final acquisition window (valid: the first raw_length)"),
     "raw_time_start": ((), "f", "s", "demand time of the first raw sample"),
@@ -243,7 +247,7 @@ def _is_store(path: Path) -> bool:
 
 
 #: variables a store may lack: the reference exists for virtual rigs only; later schemas added some
-_OPTIONAL = {"reference_interface_displacement", "frequency_requested", "point_note", "solution_offset", *RAW_VARIABLES, *EVALUATION_VARIABLES,
+_OPTIONAL = {"reference_interface_displacement", "frequency_requested", "point_note", "solution_offset", "displacement_uncertainty", *RAW_VARIABLES, *EVALUATION_VARIABLES,
              *SYNC_VARIABLES, "harmonic_active"}
 _ADDED_IN_SCHEMA = {"stop_reason": 2, **{n: 3 for n in RAW_VARIABLES}}
 
@@ -348,6 +352,7 @@ class RunStore:
         self.has_reference = "reference_interface_displacement" in g.array_keys()
         self.has_point_notes = "frequency_requested" in g.array_keys()  # optional, see _OPTIONAL
         self.has_solution_offset = "solution_offset" in g.array_keys()  # optional, see _OPTIONAL
+        self.has_displacement_uncertainty = "displacement_uncertainty" in g.array_keys()  # optional, see _OPTIONAL
         self.schema_version = int(g.attrs.get("schema_version", 1))
         self.raw_channels = tuple(str(c) for c in g["channel"][...]) if "raw_samples" in g.array_keys() else ()
         self.raw_max_samples = int(g["raw_samples"].shape[-1]) if self.raw_channels else 0
@@ -662,6 +667,8 @@ class RunStore:
             values["point_note"] = np.array(str(rec.point_note or ""), dtype=object)
         if self.has_solution_offset:
             values["solution_offset"] = np.float64(rec.solution_offset)
+        if self.has_displacement_uncertainty:
+            values["displacement_uncertainty"] = np.float64(rec.displacement_uncertainty)
         if self.has_reference:
             ref = rec.reference_interface_displacement
             values["reference_interface_displacement"] = np.full((2, nh), _CNAN) if ref is None else arr(ref, (2, nh), "c", "reference_interface_displacement")
@@ -829,6 +836,7 @@ class RunStore:
             frequency_requested=float(ds["frequency_requested"]) if self.has_point_notes else None,
             point_note=str(ds["point_note"].values) if self.has_point_notes else "",
             solution_offset=float(ds["solution_offset"]) if self.has_solution_offset else 0.0,
+            displacement_uncertainty=float(ds["displacement_uncertainty"]) if self.has_displacement_uncertainty else float("nan"),
         )
 
 
