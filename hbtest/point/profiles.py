@@ -674,6 +674,11 @@ class HbtestProfile(SolverProfile):
                 restarts += 1
                 stalled = 0
                 best, best_noise = e.norm, e.noise
+        # the fitted Jacobian's posterior at the reported solution, from the raw evaluations
+        # (before the last is replaced by the pooled estimate below)
+        G_post = None
+        if final is not None:
+            _, _, G_post = loop.pool(num, history, prior, self.pool_prior_fraction, at=final.V, prior_cov=prior_cov, posterior=True)
         if history and history[-1] is not e and np.array_equal(history[-1].V, e.V):
             # the history's last evaluation carries the pooled estimate the point ends with
             # (its own rig time and windows unchanged)
@@ -683,6 +688,5 @@ class HbtestProfile(SolverProfile):
         out = loop.outcome(num, e if final is None else final, reason == "converged", it, history, reason, message)
         if final is not None:
             out.applied, out.solution_offset, out.uncertainty, out.noise_uncertainty = e, float(sol[2]), float(sol[1]), float(sol[3])
-            _, _, G_post = loop.pool(num, history, prior, self.pool_prior_fraction, at=final.V, prior_cov=prior_cov, posterior=True)
             out.uncertainty_with_jacobian = self.displacement_uncertainty(loop, num, carry.G, final.meas, e.meas, G_post)
         return out
