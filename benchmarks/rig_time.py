@@ -118,7 +118,8 @@ def exact_jacobian_uncertainty(loop, o) -> float:
     base = outputs(V)
     # the twin is linear in the demand (single-harmonic sweeps): unit differences are exact
     G = np.stack([outputs(V + d) - base for d in np.eye(V.size)], axis=1)
-    return loop.profile.displacement_uncertainty(loop, num, G, o.final.meas, o.applied.meas)
+    prof = loop.profile
+    return prof.displacement_uncertainty(loop, num, G, o.final.meas, prof.output_correlation(loop, num, o.applied.meas))
 
 
 def frf_error(cfg, outs, refs) -> float:

@@ -163,10 +163,11 @@ def test_jacobian_uncertainty_term_is_the_mean_over_the_jacobians_spread():
     Lr = rng.normal(size=(G.shape[0], V.size, V.size))
     C = np.einsum("iab,icb->iac", Lr, Lr) / V.size * scale[:, None, None] ** 2
     L = np.linalg.cholesky(C)
-    draws = [prof.displacement_uncertainty(loop, num, G + np.einsum("iab,ib->ia", L, rng.normal(size=G.shape)), e.meas, e.meas) ** 2
+    corr = prof.output_correlation(loop, num, e.meas)
+    draws = [prof.displacement_uncertainty(loop, num, G + np.einsum("iab,ib->ia", L, rng.normal(size=G.shape)), e.meas, corr) ** 2
              for _ in range(8000)]
-    plain = prof.displacement_uncertainty(loop, num, G, e.meas, e.meas) ** 2
-    with_G = prof.displacement_uncertainty(loop, num, G, e.meas, e.meas, C) ** 2
+    plain = prof.displacement_uncertainty(loop, num, G, e.meas, corr) ** 2
+    with_G = prof.displacement_uncertainty(loop, num, G, e.meas, corr, C) ** 2
     assert with_G > 1.01 * plain
     np.testing.assert_allclose(with_G - plain, np.mean(draws) - plain, rtol=0.2)
 

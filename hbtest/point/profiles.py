@@ -503,21 +503,28 @@ class HbtestProfile(SolverProfile):
         if est.norm > 1e-3 * min(loop.s.tolerance, max(e.norm, np.finfo(float).tiny / 1e-3)):
             return None  # Newton on the fit did not reach its solution (a nonlinear side far off)
         n = 2 * loop.p
-        sigma = self.displacement_uncertainty(loop, num, G, est.meas, e.meas)
+        C = self.output_correlation(loop, num, e.meas)
+        sigma = self.displacement_uncertainty(loop, num, G, est.meas, C)
         # the same propagation with the noise of the estimate at the last demand: what more
         # averaging there buys (the extrapolation's share falls as the point closes in)
-        sigma_here = self.displacement_uncertainty(loop, num, G, e.meas, e.meas)
+        sigma_here = self.displacement_uncertainty(loop, num, G, e.meas, C)
         return est, sigma, float(np.linalg.norm(est.Y[:n] - e.Y[:n])), sigma_here
 
-    def displacement_uncertainty(self, loop: PointLoop, num: NumericalSide, G: np.ndarray, meas, correlation_from,
+    def output_correlation(self, loop: PointLoop, num: NumericalSide, meas) -> np.ndarray:
+        """Correlation of the packed rig outputs' errors: as the sensor reduction of ``meas``
+        makes them (lasers -> u, theta; gauges -> T, M: :meth:`PointLoop.packed_output_correlation`)
+        with ``correlated_outputs``, else (or without raw channels) independent."""
+        C = loop.packed_output_correlation(num, meas) if self.correlated_outputs else None
+        return np.eye(loop.packed_output_variance(num, meas).size) if C is None else C
+
+    def displacement_uncertainty(self, loop: PointLoop, num: NumericalSide, G: np.ndarray, meas, correlation: np.ndarray,
                                  G_cov: np.ndarray | None = None) -> float:
         """Standard uncertainty [m, weighted norm] of the interface displacement of the solution
         ``R = 0`` of a linear rig model with Jacobian ``G`` whose outputs at that solution are
-        ``meas`` (their variances): first-order propagation ``dU* = (E_U - G_U J^+ P) dY``,
-        ``P = dR/dY``, ``J = P G``. The outputs' errors are correlated as the sensor reduction
-        of ``correlation_from`` makes them (:meth:`PointLoop.packed_output_correlation`, with
-        ``correlated_outputs``; independent otherwise). With the rig's exact Jacobian for ``G``
-        (the twin's) this is the uncertainty the fitted ``G`` only estimates.
+        ``meas`` (their variances), their errors correlated by ``correlation``
+        (:meth:`output_correlation`): first-order propagation ``dU* = (E_U - G_U J^+ P) dY``,
+        ``P = dR/dY``, ``J = P G``. With the rig's exact Jacobian for ``G`` (the twin's) this is
+        the uncertainty the fitted ``G`` only estimates.
 
         ``G_cov`` (rows x coordinates x coordinates): the covariance of each row of a fitted
         ``G`` (the pool's posterior, rows independent). The variance is then the mean over the
@@ -534,12 +541,8 @@ class HbtestProfile(SolverProfile):
         P = loop.residual_jacobian_from_G(num, np.eye(var_Y.size), at=meas)
         K = G[:n] @ np.linalg.pinv(P @ G, rcond=1e-10)
         M = np.eye(n, var_Y.size) - K @ P
-        # the outputs' errors are correlated through the sensor reduction (lasers -> u, theta;
-        # gauges -> T, M): their covariance is the variances with the raw channels' correlation
-        C = loop.packed_output_correlation(num, correlation_from) if self.correlated_outputs else None
-        C = np.eye(var_Y.size) if C is None else C
         sd = np.sqrt(var_Y)
-        S = C * np.outer(sd, sd)
+        S = correlation * np.outer(sd, sd)
         var = np.trace(M @ S @ M.T)
         if G_cov is not None:
             # M(G + dG) = M (I - A + A^2) + O(dG^3), A = dG W, W = J^+ P; rows of dG
@@ -688,5 +691,5 @@ class HbtestProfile(SolverProfile):
         out = loop.outcome(num, e if final is None else final, reason == "converged", it, history, reason, message)
         if final is not None:
             out.applied, out.solution_offset, out.uncertainty, out.noise_uncertainty = e, float(sol[2]), float(sol[1]), float(sol[3])
-            out.uncertainty_with_jacobian = self.displacement_uncertainty(loop, num, carry.G, final.meas, e.meas, G_post)
+            out.uncertainty_with_jacobian = self.displacement_uncertainty(loop, num, carry.G, final.meas, self.output_correlation(loop, num, e.meas), G_post)
         return out
