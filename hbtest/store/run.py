@@ -67,10 +67,8 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import platform
 import shutil
 import warnings
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
