@@ -539,8 +539,8 @@ class HbtestProfile(SolverProfile):
         n = 2 * loop.p
         var_Y = loop.packed_output_variance(num, meas)
         P = loop.residual_jacobian_from_G(num, np.eye(var_Y.size), at=meas)
-        K = G[:n] @ np.linalg.pinv(P @ G, rcond=1e-10)
-        M = np.eye(n, var_Y.size) - K @ P
+        Jp = np.linalg.pinv(P @ G, rcond=1e-10)
+        M = np.eye(n, var_Y.size) - G[:n] @ Jp @ P
         sd = np.sqrt(var_Y)
         S = correlation * np.outer(sd, sd)
         var = np.trace(M @ S @ M.T)
@@ -548,7 +548,7 @@ class HbtestProfile(SolverProfile):
             # M(G + dG) = M (I - A + A^2) + O(dG^3), A = dG W, W = J^+ P; rows of dG
             # independent with covariances C_i: E[A S A^T] = diag_i tr(W S W^T C_i) and
             # E[A^2] = Q W with Q_i = W[:, i]^T C_i
-            W = np.linalg.pinv(P @ G, rcond=1e-10) @ P
+            W = Jp @ P
             B = W @ S @ W.T
             var += float(np.einsum("i,iab,ba->", np.einsum("ji,ji->i", M, M), G_cov, B))
             Q = np.einsum("ai,iab->ib", W, G_cov)
