@@ -40,7 +40,8 @@ measurement chain counts too). Beside it, the same with two other uncertainties 
 estimate: with the fitted rig Jacobian's own uncertainty propagated too
 (``PointOutcome.uncertainty_with_jacobian``), and through the twin's exact Jacobian
 (:func:`exact_jacobian_uncertainty`). Where the last is about 1 and the stated one is not, the
-outputs' noise is stated right and the fitted Jacobian is what understates.
+outputs' noise is stated right and the fitted Jacobian is what understates; the per-point ratio
+of the stated uncertainty to the exact-Jacobian one is printed too (median and smallest).
 
 Per sweep (``--sweeps``, default the bare-beam and the paper sweeps) and seed: the lines
 above, non-converged points with their stop reasons, and per sweep its
@@ -193,6 +194,7 @@ def main() -> int:
     for sweep in a.sweeps:
         print(f"sweep {sweep.name}")
         sweep_min, sweep_acc, sweep_hb, sweep_cal, sweep_cal_jac, sweep_cal_exact = [], [], [], [], [], []
+        sweep_ratio = []  # per point: stated sigma over the one through the exact Jacobian
         for profile in a.profiles:
             for seed in a.seeds:
                 cfg, rig, outs, refs, wall, sig_exact = run_profile(sweep, profile, a.points, seed, a.noise_free)
@@ -222,13 +224,16 @@ def main() -> int:
                     sweep_cal.append(uncertainty_calibration(cfg, outs, refs))
                     sweep_cal_jac.append(uncertainty_calibration(cfg, outs, refs, [o.uncertainty_with_jacobian for o in outs]))
                     sweep_cal_exact.append(uncertainty_calibration(cfg, outs, refs, sig_exact))
+                    sweep_ratio.extend(o.uncertainty / sx for o, sx in zip(outs, sig_exact) if o.converged and sx > 0)
         if sweep_min:
             per = sum(sweep_hb) / len(sweep_min)
             print(f"{sweep.name}: hbtest periods per point {per:.0f}; physical minimum per point {np.mean(sweep_min):.0f}; "
                   f"periods_over_minimum {per / np.mean(sweep_min):.2f}; periods_over_accuracy_minimum {per / np.mean(sweep_acc):.2f}; "
                   f"uncertainty_calibration {float(np.sqrt(np.nanmean(np.square(sweep_cal)))):.2f}; "
                   f"with the fitted Jacobian's uncertainty {float(np.sqrt(np.nanmean(np.square(sweep_cal_jac)))):.2f}; "
-                  f"through the exact Jacobian {float(np.sqrt(np.nanmean(np.square(sweep_cal_exact)))):.2f}")
+                  f"through the exact Jacobian {float(np.sqrt(np.nanmean(np.square(sweep_cal_exact)))):.2f}; "
+                  f"stated over exact-Jacobian sigma median {float(np.median(sweep_ratio or [np.nan])):.2f}, "
+                  f"smallest {float(np.min(sweep_ratio or [np.nan])):.2f}")
             minimum.extend(sweep_min)
             acc_minimum.extend(sweep_acc)
     per_point = {p: t / max(n, 1) for p, (t, n) in totals.items()}

@@ -315,6 +315,19 @@ class HbtestProfile(SolverProfile):
     #: paper sweep, rig file's seed)
     jacobian_forgetting = 0.8
     jacobian_drift = 0.1
+    #: re-measure the rig Jacobian by finite differences at the start of every this many-th
+    #: point (after its first record; single-harmonic tests; None: at the first point only).
+    #: The records are pooled with the carried posterior as prior, like any other record, so
+    #: they cost little rig time. The carried Jacobian's error grows along the sweep in the
+    #: directions the points' evaluations do not move (0.3 % after the first point's finite
+    #: differences, 25-43 % by 17-18 Hz on a bare-beam run), and the stated uncertainty is
+    #: propagated through it. Measured (benchmarks' bare-beam and paper sweeps; stated over
+    #: exact-Jacobian uncertainty per point, printed by ``benchmarks/rig_time.py --profiles
+    #: hbtest --seeds 1 2 3 4``): None -> 244 and 121 periods per point, ratio median 0.84 and
+    #: 0.86, smallest 0.57 and 0.42; 4 -> 243 and 119, median 0.98 and 0.97, smallest 0.77 and
+    #: 0.76; every point converged. Re-measuring with the entrywise prior instead (the carried
+    #: posterior dropped) stalled a low-level point of a family sweep (tests/test_family.py)
+    jacobian_refresh_points = 4
     #: report each point at the solution of its pooled affine fit (:meth:`solution_estimate`)
     #: and accept it when that estimate's stated uncertainty meets ``accuracy`` (with
     #: ``accuracy > 0``), instead of iterating until the residual itself is that small
@@ -395,6 +408,13 @@ class HbtestProfile(SolverProfile):
         m = carry.G.shape[1]
         q = self.jacobian_drift * np.max(np.abs(carry.G), axis=1)
         return carry.G_cov / self.jacobian_forgetting + np.einsum("i,ab->iab", q**2, np.eye(m))
+
+    def refresh_jacobian(self, loop: PointLoop, carry: Carry) -> bool:
+        """Whether this point re-measures the carried rig Jacobian
+        (``jacobian_refresh_points``): every that many solved points of a single-harmonic test."""
+        n = len(carry.solutions)
+        return bool(self.jacobian_refresh_points and self.single_harmonic(loop) and carry.G is not None
+                    and n > 0 and n % self.jacobian_refresh_points == 0)
 
     def predict(self, loop: PointLoop, num: NumericalSide, carry: Carry) -> np.ndarray:
         """Voltages at the new frequency from the previous solutions and their measured rig
@@ -596,11 +616,17 @@ class HbtestProfile(SolverProfile):
         r_target = carry.r_target or s.tolerance
         raw = loop.evaluate(num, V, self.settle_fraction * r_target, kind="start")
         history.append(raw)
+        refresh = self.refresh_jacobian(loop, carry)
         if carry.G is None:
             _, carry.G = loop.finite_differences(num, raw, history, self.settle_fraction * r_target)
         # the Jacobian prior of every pool of this point
         prior, prior_cov = carry.G, (self.point_prior(carry) if self.single_harmonic(loop) else None)
         G_cov = prior_cov
+        if refresh:
+            # finite differences around the start, pooled with the carried posterior: they
+            # measure the directions the earlier points' evaluations did not move
+            loop.finite_differences(num, raw, history, self.settle_fraction * r_target)
+            _, carry.G, _ = loop.pool(num, history, prior, self.pool_prior_fraction, prior_cov=prior_cov, posterior=True)
         e, _ = loop.pool(num, [h for h in history if np.array_equal(h.V, raw.V)] or [raw], carry.G, self.pool_prior_fraction)
         best, best_noise = e.norm, e.noise
         stalled, restarts, since = 0, 0, 0
