@@ -490,6 +490,9 @@ class PointLoop:
         window used. Returns (that evaluation, the fitted rig Jacobian — ``G`` itself when
         there is only one evaluation).
 
+        Evaluations with a sensor over range (clipped) are left out; a clipped last one is
+        returned unpooled.
+
         ``demands`` (one row per evaluation): the coordinates the output is affine in, when
         they are not the packed voltages alone — e.g. the scaled ``(V, f)`` of an arclength
         corrector whose evaluations differ slightly in frequency (``G`` then has one column
@@ -504,6 +507,16 @@ class PointLoop:
         estimate carried from earlier points). ``posterior``: also return the fitted
         Jacobian's posterior covariance (same shape; the prior's when nothing was pooled)."""
         last = evaluations[-1]
+        # clipped records (a sensor at its full scale) are no measurement: left out of the
+        # fit, and a clipped last one is returned as it is (the caller stops on it)
+        keep = [j for j, e in enumerate(evaluations) if not e.overrange]
+        if (last.overrange and at is None) or not keep:
+            return (last, G, prior_cov) if posterior else (last, G)
+        if len(keep) < len(evaluations):
+            evaluations = [evaluations[j] for j in keep]
+            last = evaluations[-1]
+            if demands is not None:
+                demands = np.atleast_2d(np.asarray(demands, dtype=float))[keep]
         if G is None or not np.any(G) or (at is None and len(evaluations) == 1):
             # nothing to pool, or no Jacobian known yet (an all-zero G is no prior)
             return (last, G, prior_cov) if posterior else (last, G)

@@ -328,6 +328,11 @@ class HbtestProfile(SolverProfile):
     #: 0.76; every point converged. Re-measuring with the entrywise prior instead (the carried
     #: posterior dropped) stalled a low-level point of a family sweep (tests/test_family.py)
     jacobian_refresh_points = 4
+    #: when the start demand predicted for a point (extrapolated in frequency) drives a sensor
+    #: over range, start again from the previous point's solution instead of stopping the
+    #: point: on bare-beam 18.3/18.5/18.7 Hz with the ADC at 8 V the extrapolation to 18.7 Hz
+    #: clipped all four channels although the solution there is within range
+    restart_on_overrange = True
     #: report each point at the solution of its pooled affine fit (:meth:`solution_estimate`)
     #: and accept it when that estimate's stated uncertainty meets ``accuracy`` (with
     #: ``accuracy > 0``), instead of iterating until the residual itself is that small
@@ -609,13 +614,20 @@ class HbtestProfile(SolverProfile):
         requires."""
         s = loop.s
         solve = self.solve_pool and s.accuracy > 0 and self.single_harmonic(loop)
-        if carry.solutions and carry.G is not None:
-            V = self.predict(loop, num, carry)
-        else:
-            V = loop.start_voltage(carry)
+        predicted = bool(carry.solutions) and carry.G is not None
+        V = self.predict(loop, num, carry) if predicted else loop.start_voltage(carry)
         r_target = carry.r_target or s.tolerance
         raw = loop.evaluate(num, V, self.settle_fraction * r_target, kind="start")
         history.append(raw)
+        note = None
+        if raw.overrange and predicted and self.restart_on_overrange:
+            # the demand extrapolated in frequency drove a sensor to its full scale: start
+            # again from the previous point's solution (the clipped record is kept in the
+            # history, out of every fit)
+            note = (f"the predicted start drove {', '.join(raw.overrange)} over range; "
+                    f"restarted from the previous point's demand")
+            raw = loop.evaluate(num, loop.start_voltage(carry), self.settle_fraction * r_target, kind="start")
+            history.append(raw)
         refresh = self.refresh_jacobian(loop, carry)
         if carry.G is None:
             _, carry.G = loop.finite_differences(num, raw, history, self.settle_fraction * r_target)
@@ -715,6 +727,8 @@ class HbtestProfile(SolverProfile):
         # the point's posterior Jacobian is the next point's prior (:meth:`point_prior`)
         carry.G_cov = G_cov if reason == "converged" else None
         out = loop.outcome(num, e if final is None else final, reason == "converged", it, history, reason, message)
+        if note is not None:
+            out.message = f"{out.message} ({note})"
         if final is not None:
             out.applied, out.solution_offset, out.uncertainty, out.noise_uncertainty = e, float(sol[2]), float(sol[1]), float(sol[3])
             out.uncertainty_with_jacobian = self.displacement_uncertainty(loop, num, carry.G, final.meas, self.output_correlation(loop, num, e.meas), G_post)
