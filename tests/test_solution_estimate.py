@@ -274,31 +274,26 @@ def test_a_clipped_record_is_left_out_of_the_pool():
     assert last is c and G_last is G
 
 
-def _range_sweep(tmp_path, restart):
+def _range_sweep(tmp_path, monkeypatch, restart):
     from hbtest import frf
     from hbtest.sweep import run
 
     base = load_sweep(BARE, [])
     over = ["sweep.start_hz=18.3", "sweep.stop_hz=18.7", "sweep.points=3",
             "rig_set=" + repr([*base.rig_overrides, "virtual.adc.range_v=8.0"])]
-    prof = get_profile("hbtest")
-    saved = type(prof).restart_on_overrange
-    type(prof).restart_on_overrange = restart
-    try:
-        ds = run(load_sweep(BARE, over), tmp_path / f"r{int(restart)}.zarr", progress=None, plot=False, overrides=over).load()
-    finally:
-        type(prof).restart_on_overrange = saved
+    monkeypatch.setattr(type(get_profile("hbtest")), "restart_on_overrange", restart)
+    ds = run(load_sweep(BARE, over), tmp_path / f"r{int(restart)}.zarr", progress=None, plot=False, overrides=over).load()
     return ds, float(np.abs(frf.relative_error(ds)).max())
 
 
-def test_an_overranging_prediction_restarts_from_the_previous_solution(tmp_path):
+def test_an_overranging_prediction_restarts_from_the_previous_solution(tmp_path, monkeypatch):
     """Bare-beam across its resonance in 0.2 Hz steps with the ADC at 8 V: the demand
     extrapolated to 18.7 Hz clips the sensors, the solution there does not. The point starts
     again from 18.5 Hz's solution, converges within 1 % of the twin's exact structure and says
     what happened; without the restart it stops as over range."""
-    ds, err = _range_sweep(tmp_path, True)
+    ds, err = _range_sweep(tmp_path, monkeypatch, True)
     assert bool(ds.converged.all()) and err < 0.01
     msg = str(ds.message.values[-1])
     assert msg.startswith("converged (the predicted start drove ") and "restarted from the previous point's demand" in msg
-    ds0, _ = _range_sweep(tmp_path, False)
+    ds0, _ = _range_sweep(tmp_path, monkeypatch, False)
     assert list(ds0.stop_reason.values) == ["converged", "converged", "overrange"]
