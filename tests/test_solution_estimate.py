@@ -9,6 +9,7 @@ form), and a seeded statistical check that the stated uncertainty covers the rea
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from hbtest.config import load_rig, load_sweep
@@ -225,8 +226,8 @@ def _exact_jacobian_sigma(rig, loop, out):
     return prof.displacement_uncertainty(loop, num, G, out.final.meas, prof.output_correlation(loop, num, out.applied.meas))
 
 
-def _sweep_ratios(refresh):
-    cfg, rig, ns, F, loop = _loop(BARE, seed=1)
+def _sweep_ratios(refresh, seed=1):
+    cfg, rig, ns, F, loop = _loop(BARE, seed=seed)
     if not refresh:
         loop.profile.jacobian_refresh_points = None
     carry = Carry()
@@ -236,19 +237,43 @@ def _sweep_ratios(refresh):
     return fd, np.array([o.uncertainty / _exact_jacobian_sigma(rig, loop, o) for o in outs])
 
 
+# Seed-to-seed spread of the ratio stated/exact sigma over the whole bare-beam sweep (31 points),
+# printed by `python benchmarks/jacobian_refresh_spread.py 1 2 3 4 5 6 7 8` (these very helpers,
+# one BLAS thread, AMD EPYC with OpenBLAS's Zen kernels; an Intel machine gave 0.9009 for the
+# unrefreshed median of seed 1 where this one gives 0.8933: a kernel change moves a median ~0.01):
+#   with refresh:    median 0.940-0.991 (mean 0.962, sd 0.017); minimum 0.68-0.81 (sd 0.049)
+#   without refresh: median 0.79-0.94 (mean 0.85, sd 0.057)
+#   per-seed difference of the medians (with - without): 0.012-0.200 (mean 0.11, sd 0.060)
+# The default test holds the refreshed sweep of one seed to bounds >= 5 spreads away from every
+# measured value; the comparison with the unrefreshed sweep, whose single-seed difference is
+# as small as 0.01, is judged on the mean over 8 seeds (standard error 0.021) in a slow test.
+
 def test_refreshed_jacobian_keeps_the_stated_uncertainty_honest():
     """The whole bare-beam sweep, seeded: the rig Jacobian is re-measured by finite
     differences at every ``jacobian_refresh_points``-th point, exactly, and the stated
-    uncertainty stays at the one through the twin's exact Jacobian (median ratio >= 0.9, none
-    below 0.6); carried across the sweep without refresh, the fitted Jacobian drifts in the
-    directions the points do not move and the stated uncertainty falls short (median < 0.9)."""
+    uncertainty stays near the one through the twin's exact Jacobian: median ratio >= 0.85
+    (measured 0.94-0.99 over seeds 1-8, sd 0.017: 5 sd below the lowest) and none below 0.45
+    (lowest point per seed 0.68-0.81, sd 0.049: 4.7 sd below the lowest)."""
     fd, ratio = _sweep_ratios(refresh=True)
     k = get_profile("hbtest").jacobian_refresh_points
     assert fd == list(range(0, len(ratio), k))
-    assert np.median(ratio) >= 0.9 and ratio.min() > 0.6, (np.median(ratio), ratio.min())
-    fd0, ratio0 = _sweep_ratios(refresh=False)
-    assert fd0 == [0]
-    assert np.median(ratio0) < 0.9, np.median(ratio0)
+    assert np.median(ratio) >= 0.85 and ratio.min() > 0.45, (np.median(ratio), ratio.min())
+
+
+@pytest.mark.slow
+def test_without_refresh_the_stated_uncertainty_falls_short_over_seeds():
+    """Carried across the sweep without refresh, the fitted Jacobian drifts in the directions
+    the points do not move and the stated uncertainty falls short of the one through the exact
+    Jacobian: over seeds 1-8 the refreshed median exceeds the unrefreshed one by 0.11 on
+    average (sd 0.060 per seed, standard error of the mean 0.021); asserted > 0.03, 3.8
+    standard errors below the measured mean. One seed alone cannot show it (its difference
+    was 0.012 for seed 3)."""
+    diffs = []
+    for seed in range(1, 9):
+        fd0, ratio0 = _sweep_ratios(refresh=False, seed=seed)
+        assert fd0 == [0]
+        diffs.append(np.median(_sweep_ratios(refresh=True, seed=seed)[1]) - np.median(ratio0))
+    assert np.mean(diffs) > 0.03, diffs
 
 
 # -- clipped records -----------------------------------------------------------------------
