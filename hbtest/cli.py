@@ -2,7 +2,11 @@
 registers itself through ``register(subparsers)``. A :class:`~hbtest.errors.UserError` becomes
 one line on stderr and its exit code (2 for a user mistake; 3 a run stopped by the rig; 4 a
 store write failure); Ctrl+C exits 130, SIGTERM 143. Numerical warnings (overflow, invalid
-value) raised while a command runs are collected and summarised in one line, never shown raw."""
+value) raised while a command runs are collected and summarised in one line, never shown raw.
+
+A command runs with one BLAS thread (threadpoolctl): the twin's and the solver's matrices are
+small, so threads buy nothing, and a thread count that follows the machine's cores would make
+the last bits of a seeded run depend on the machine it ran on (README, "Reproducibility")."""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ import argparse
 import importlib
 import sys
 import warnings
+
+from threadpoolctl import threadpool_limits
 
 from . import __version__
 from .errors import Terminated, UserError
@@ -44,7 +50,7 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, threadpool_limits(limits=1, user_api="blas"):
         warnings.simplefilter("always", RuntimeWarning)
         try:
             return int(args.func(args) or 0)
