@@ -16,6 +16,7 @@ connection; see ``instruments/helic-loopback.toml``)::
     epoch_source = "cmd_epoch"
     ramp_parameter = "ramp_periods"   # optional: the device's slew of a demand change [periods]; "" = none
     input_limit_parameter = "input_limit"   # optional: per-input |raw V| trip level of the device's gate
+    input_range_v = 10.0           # optional: ADC full scale of the inputs (over-range detection)
     voltage_limits_v = [5.0, 5.0]  # per actuator (<= [rig].voltage_limit_v): no coefficient set beyond is written
     [helic.actuators]              # actuator -> its coefficient parameter ([mean, a1..aK, b1..bK] [V], K from its size)
     vertical = "forcing_coeffs"
@@ -55,6 +56,7 @@ class HelicSpec:
     actuators: tuple[tuple[str, str], ...]
     channels: tuple[tuple[str, str, float], ...]
     channel_limits: tuple[tuple[str, float], ...] = ()
+    input_range_v: float | None = None
 
     def windows(self, layout) -> dict:
         """Channel -> symmetric |raw V| trip level from ``channel_limits``."""
@@ -119,6 +121,7 @@ def parse(top, common) -> HelicSpec:
         actuators=acts,
         channels=chans,
         channel_limits=_limits(h, common),
+        input_range_v=h.number("input_range_v", None, required=False, positive=True),
     )
     h.finish()
     return spec

@@ -45,6 +45,7 @@ __all__ = ["ControlLink", "StreamReceiver", "Record", "HelicRig"]
 
 RCVBUF = 4 << 20  # bytes of UDP receive buffer asked for (a record arrives as a burst)
 IDLE_END_S = 0.3  # after a gap, the stream counts as over once silent this long
+PHASE_TOLERANCE = 1e-5  # turn: largest departure of the phase source from a constant frequency in a record
 SAFETY_TRIP, SAFETY_CLAMP, SAFETY_QUIET, SAFETY_ARMED = 2, 4, 8, 1
 
 
@@ -290,7 +291,7 @@ class HelicRig:
                        idn=f"HELIC-DAQ v{self.status.version} {exp} ({fw})", resource=f"{self.spec.host}:{self.spec.control_port}",
                        counters=dict(self.counters))
         return RigDescription(self.config.identity, "helic", self.actuators, self.fs, self.config.voltage_limit_v,
-                              self.config.sensors, details)
+                              self.config.sensors, details, self.spec.input_range_v)
 
     @property
     def elapsed_s(self) -> float:
@@ -391,27 +392,40 @@ class HelicRig:
 
     def _record(self, n_periods: int):
         rec, N = self._samples(int(n_periods))
+        t = self._times(rec)
+        data = {ch: rec.values[:, i].astype(float) * scale for i, (ch, _, scale) in enumerate(self.spec.channels)}
+        return t, data, safety.overrange_channels(data, self.spec.input_range_v)
+
+    def _times(self, rec: Record) -> np.ndarray:
+        """Sample times [s] in the demand time base from the master phase: the record's epoch
+        is constant (no command took effect inside it), so its phase is ``theta0 + k f / fs``
+        at sample ``k``; ``theta0`` is the least-squares fit of the unwrapped ``phase`` source
+        (each value within 2^-25 turn), checked sample by sample."""
         phase = rec.values[:, -2].astype(float)
         turns = phase + np.concatenate([[0.0], np.cumsum(np.diff(phase) < -0.5)])
-        t = turns / self._freq
-        data = {ch: rec.values[:, i].astype(float) * scale for i, (ch, _, scale) in enumerate(self.spec.channels)}
-        return t, data
+        k = (rec.indices - rec.indices[0]).astype(float)
+        step = self._freq / self.fs
+        theta0 = float(np.mean(turns - k * step))
+        worst = float(np.max(np.abs(turns - k * step - theta0)))
+        if worst > PHASE_TOLERANCE:
+            raise InstrumentError(f"{self.name}: the phase source departs {worst:.3g} turn from {self._freq:g} Hz in a record")
+        return (theta0 + k * step) / self._freq
 
     def acquire(self, n_periods: int) -> Acquisition:
         self._open()
-        t, data = self._record(n_periods)
-        return Acquisition(t, data, self._freq, self.fs, int(n_periods), self._clock)
+        t, data, over = self._record(n_periods)
+        return Acquisition(t, data, self._freq, self.fs, int(n_periods), self._clock, over)
 
     def acquire_coefficients(self, n_periods: int, orders, nuisance_hz=()) -> ChannelCoefficients:
         """Harmonic coefficients and their variances, fitted on this host from the streamed
         samples on the master phase (hbtest.harmonics.fit), raw channel volts."""
         self._open()
-        t, data = self._record(n_periods)
+        t, data, over = self._record(n_periods)
         names = list(data)
         fit = harmonics.fit(t, np.stack([data[n] for n in names]), self._freq, orders, n_periods=int(n_periods), nuisance_hz=nuisance_hz)
         return ChannelCoefficients({n: fit.coefficients[i] for i, n in enumerate(names)},
                                    {n: fit.variance[i] for i, n in enumerate(names)}, np.asarray(orders), self._freq,
-                                   int(n_periods), self._clock, (), self._epoch)
+                                   int(n_periods), self._clock, over, self._epoch)
 
     def wait(self, n_periods: float) -> None:
         self._open()
