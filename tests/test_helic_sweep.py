@@ -169,3 +169,16 @@ def test_a_trip_of_the_device_gate_ends_the_point_with_stop_reason_trip(tmp_path
     assert ds.attrs["status"] == "interrupted"
     assert ds.done.values[0] and ds.stop_reason.values[0] == "trip" and not ds.converged.values[0]
     assert "tripped" in str(ds.message.values[0])
+
+
+def test_retaken_records_are_counted_in_the_store(tmp_path):
+    import json
+
+    with HelicServer(load_rig(TWIN), port=0) as srv:
+        srv.device.faults.lose_packet = 2  # in the first record of the run
+        rig = _rig_copy(tmp_path, srv.port)
+        store = tmp_path / "c.zarr"
+        assert main(["sweep", str(PAPER), "--set", f"rig='{rig}'", "--set", "sweep.points=2", "--set", "sweep.stop_hz=16.5", "--store", str(store),
+                     "--no-plot", "--quiet"]) == 0
+    counters = json.loads(RunStore.open(store).attrs["rig_counters"])
+    assert counters["retaken"] == 1 and counters["lost_datagrams"] == 1 and counters["dropped_records"] == 0
