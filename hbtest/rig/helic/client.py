@@ -327,8 +327,6 @@ class HelicRig:
         nonzero = any(np.any(x != 0) for x in sets)
         if nonzero and not self._armed:
             self._arm()
-        changed = self._freq != float(np.float32(f)) or any(
-            not np.array_equal(self._written.get(p), x) for (_, p), x in zip(self.spec.actuators, sets))
         sp = self.spec
         if sp.ramp_parameter:
             self._set(sp.ramp_parameter, ramp_periods)
@@ -336,7 +334,8 @@ class HelicRig:
         for (_, p), x in zip(sp.actuators, sets):
             self._set(p, x)
             self._written[p] = x
-        ramp_samples = round(ramp_periods / float(np.float32(f)) * self.fs) if sp.ramp_parameter and changed else 0
+        # the device ramps every demand write over ramp_periods (docs/helic.md); its clock moves on
+        ramp_samples = round(float(np.float32(ramp_periods)) / float(np.float32(f)) * self.fs) if sp.ramp_parameter else 0
         self._freq = float(np.float32(f))
         self._clock += ramp_samples / self.fs
 
@@ -344,7 +343,9 @@ class HelicRig:
         """Arm before the first demand; refuse to run on a device that does not say armed.
         Clamp/quiet bits of an earlier run are cleared first (``diag_reset``)."""
         if "diag_reset" in self.params:
-            self._set("diag_reset", 1)
+            self._set("diag_reset", 1)  # also restarts the device's drop count
+            if "records_dropped" in self.params:
+                self.stream.dropped_seen = int(self._get("records_dropped"))
         self._set("arm", 1)
         bits = int(self._get("safety"))
         if not bits & SAFETY_ARMED:

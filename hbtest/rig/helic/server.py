@@ -56,7 +56,8 @@ ARM_KEY = "arm"
 
 @dataclass
 class Faults:
-    """Test hooks of the served twin (set by tests, never from the wire): in the next stream,
+    """Test hooks of the served twin (set by tests, never from the wire): in the next stream
+    that carries an input channel,
     do not send datagram number ``lose_packet`` (0-based; its sequence number is skipped), and
     lose ``ring_drops`` records after the first datagram before packetisation (they are counted
     in ``dropped`` and ``records_dropped``)."""
@@ -294,18 +295,14 @@ class HelicDevice:
 
     def apply_pending(self) -> None:
         """Apply the queued commands at this sample boundary: the epoch advances by their
-        number; a changed demand reaches the twin (ramped over ``ramp_periods``)."""
+        number and the demand they set reaches the twin, ramped over ``ramp_periods`` (as
+        every demand write of the host is: rig time passes even for an unchanged demand)."""
         if self.pending == 0 and self._applied is not None:
             return
         self.epoch = (self.epoch + self.pending) % c.EPOCH_MODULUS
         self.pending = 0
         f, V, orders = self._demand()
-        if self._applied is not None:
-            f0, V0, o0 = self._applied
-            if f0 == f and np.array_equal(o0, orders) and np.array_equal(V0, V):
-                return
-        ramp = float(self.value("ramp_periods")) if self._applied is not None or np.any(V != 0) else 0.0
-        self.twin.set_demand(f, V, orders, ramp)
+        self.twin.set_demand(f, V, orders, float(self.value("ramp_periods")))
         self._applied = (f, V, orders)
 
     def _quiet(self) -> None:
@@ -332,7 +329,10 @@ class HelicDevice:
         names = [self.sources[s][0] for s in cfg.sources]
         values = self._simulate(n, names)[::cfg.decimation]
         idx = first + cfg.decimation * np.arange(cfg.count, dtype=np.int64)
-        yield from self._packets(values, idx, cfg.decimation)
+        faults = Faults()
+        if any(x in self.channels for x in names):
+            faults, self.faults = self.faults, Faults()
+        yield from self._packets(values, idx, cfg.decimation, faults)
 
     def _simulate(self, n: int, names) -> np.ndarray:
         """(n, len(names)) f32 values of the next ``n`` samples; checks the input limits."""
@@ -357,9 +357,8 @@ class HelicDevice:
                 self._quiet()
                 return
 
-    def _packets(self, values, idx, dec):
+    def _packets(self, values, idx, dec, faults):
         per = c.records_per_packet(values.shape[1])
-        faults, self.faults = self.faults, Faults()
         seq, i = 0, 0
         while i < len(values):
             if seq == 1 and faults.ring_drops:
