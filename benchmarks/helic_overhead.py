@@ -32,14 +32,14 @@ from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hbtest.config import load_sweep  # noqa: E402
-from hbtest.events import PointFinished, RunStarted  # noqa: E402
-from hbtest.sweep import run  # noqa: E402
+from hbtest.config import load_sweep
+from hbtest.events import PointFinished, RunStarted
+from hbtest.sweep import run
 
 PAPER = ROOT / "sweeps" / "paper-cantilever.toml"
 TWIN = ROOT / "instruments" / "virtual-cantilever.toml"
@@ -60,7 +60,8 @@ def timed_sweep(overrides, store: Path):
 
 
 def serve():
-    p = subprocess.Popen([sys.executable, "-m", "hbtest.cli", "serve", "--protocol", "helic", "--rig", str(TWIN), "--port", "0"],
+    cmd = [sys.executable, "-m", "hbtest.cli", "serve", "--protocol", "helic", "--rig", str(TWIN), "--port", "0"]
+    p = subprocess.Popen(cmd,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     m = re.search(r"listening on 127\.0\.0\.1:(\d+) ", p.stdout.readline())
     if not m:
@@ -89,7 +90,8 @@ def main() -> None:
             best.setdefault("in", []).append(timed_sweep(base, tmp / f"twin{r}.zarr"))
             p, port = serve()
             try:
-                best.setdefault("helic", []).append(timed_sweep(base + [f"rig='{helic_rig_file(tmp, port)}'"], tmp / f"h{r}.zarr"))
+                rig = helic_rig_file(tmp, port)
+                best.setdefault("helic", []).append(timed_sweep(base + [f"rig='{rig}'"], tmp / f"h{r}.zarr"))
             finally:
                 p.send_signal(signal.SIGTERM)
                 p.communicate(timeout=30)

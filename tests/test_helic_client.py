@@ -5,6 +5,7 @@ device disarms when the host goes away."""
 
 import numpy as np
 import pytest
+from test_helic_sweep import TWIN, _rig_copy
 
 from hbtest.config import load_rig
 from hbtest.errors import InstrumentError, LimitExceeded
@@ -12,8 +13,6 @@ from hbtest.rig import open_rig
 from hbtest.rig.helic import codec as c
 from hbtest.rig.helic.server import HelicServer
 from hbtest.rig.virtual import VirtualRig
-
-from test_helic_sweep import TWIN, _rig_copy
 
 
 @pytest.fixture

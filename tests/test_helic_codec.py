@@ -124,4 +124,5 @@ def test_param_pages_never_split_a_definition():
     assert got == defs and c.decode_param_page(c.encode_param_page(defs, len(defs)))[2] == []
     values = np.arange(33, dtype=float)
     np.testing.assert_array_equal(c.unpack_value(defs[0], c.pack_value(defs[0], values)), values)
-    assert c.unpack_value(c.ParamDef("experiment", "c", 16, False), c.pack_value(c.ParamDef("e", "c", 16, False), "twin")) == "twin"
+    text = c.ParamDef("experiment", "c", 16, False)
+    assert c.unpack_value(text, c.pack_value(text, "twin")) == "twin"

@@ -164,7 +164,8 @@ def test_a_trip_of_the_device_gate_ends_the_point_with_stop_reason_trip(tmp_path
         rig = _rig_copy(tmp_path, srv.port)
         rig.write_text(rig.read_text() + "\n[helic.channel_limits]\ng1_microstrain = 2.0\n")
         store = tmp_path / "t.zarr"
-        rc = main(["sweep", str(PAPER), "--set", f"rig='{rig}'", "--set", "sweep.start_hz=18.0", "--set", "sweep.stop_hz=18.4",
+        rc = main(["sweep", str(PAPER), "--set", f"rig='{rig}'", "--set", "sweep.start_hz=18.0",
+                   "--set", "sweep.stop_hz=18.4",
                    "--set", "sweep.points=2", "--set", "sweep.on_trip=stop", "--store", str(store), "--no-plot"])
         capsys.readouterr()
         assert srv.device.gate.tripped and not srv.device.gate.armed
@@ -185,10 +186,11 @@ def test_retaken_records_are_counted_in_the_store(tmp_path):
         srv.device.faults.ring_drops = 3
         rig = _rig_copy(tmp_path, srv.port)
         store = tmp_path / "c.zarr"
-        assert main(["sweep", str(PAPER), "--set", f"rig='{rig}'", "--set", "sweep.points=2", "--set", "sweep.stop_hz=16.5",
+        assert main(["sweep", str(PAPER), "--set", f"rig='{rig}'", "--set", "sweep.points=2",
+                     "--set", "sweep.stop_hz=16.5",
                      "--store", str(store), "--no-plot", "--quiet"]) == 0
     counters = json.loads(RunStore.open(store).attrs["rig_counters"])
-    assert counters == dict(retaken=1, lost_datagrams=1, dropped_records=3, stale_records=0)
+    assert counters == {"retaken": 1, "lost_datagrams": 1, "dropped_records": 3, "stale_records": 0}
 
 
 @pytest.mark.slow

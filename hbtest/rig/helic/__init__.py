@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from .. import safety
 from ..registry import RigKind, register
 
-__all__ = ["HelicSpec", "parse", "open", "KIND"]
+__all__ = ["KIND", "HelicSpec", "open", "parse"]
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,8 @@ def parse(top, common) -> HelicSpec:
     n_act = len(common.actuators)
     vl = h.numbers("voltage_limits_v", [common.voltage_limit_v] * n_act, positive=True, length=n_act)
     if any(v > common.voltage_limit_v for v in vl):
-        raise h.error("voltage_limits_v", f"must not exceed [rig].voltage_limit_v = {common.voltage_limit_v:g} V, got {list(vl)}")
+        raise h.error("voltage_limits_v",
+                      f"must not exceed [rig].voltage_limit_v = {common.voltage_limit_v:g} V, got {list(vl)}")
     acts, chans = _names(h, common)
     spec = HelicSpec(
         host=h.string("host", "127.0.0.1"),
@@ -127,7 +128,7 @@ def parse(top, common) -> HelicSpec:
     return spec
 
 
-def open(rig_config, seed: int | None = None):  # noqa: A001 (the registry's name for it)
+def open(rig_config, seed: int | None = None):
     """Connect to the device of ``rig_config`` (``seed``: meaningless for hardware, ignored)."""
     from .client import HelicRig
 

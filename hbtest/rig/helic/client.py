@@ -39,9 +39,9 @@ from ... import harmonics
 from ...errors import InstrumentError, RigTrip
 from .. import Acquisition, ChannelCoefficients, RigDescription, safety
 from . import codec as c
-from .codec import MsgType, ParamDef
+from .codec import MsgType
 
-__all__ = ["ControlLink", "StreamReceiver", "Record", "HelicRig"]
+__all__ = ["ControlLink", "HelicRig", "Record", "StreamReceiver"]
 
 RCVBUF = 4 << 20  # bytes of UDP receive buffer asked for (a record arrives as a burst)
 IDLE_END_S = 0.3  # after a gap, the stream counts as over once silent this long
@@ -69,7 +69,7 @@ class ControlLink:
         try:
             self.sock.sendall(c.encode_frame(msg_type, self.seq, payload))
             frame = self._reply()
-        except socket.timeout:
+        except TimeoutError:
             raise InstrumentError(f"{self.name}: no reply to {label} (timeout)") from None
         except (OSError, c.CodecError) as e:
             raise InstrumentError(f"{self.name}: connection lost during {label}: {e}") from None
@@ -127,7 +127,8 @@ class StreamReceiver:
         try:
             self.sock.sendto(b"hbtest primer", (host, device_port))
         except OSError as e:
-            raise InstrumentError(f"{name}: cannot send the UDP primer to {host}:{device_port}: {e.strerror or e}") from None
+            raise InstrumentError(
+                f"{name}: cannot send the UDP primer to {host}:{device_port}: {e.strerror or e}") from None
 
     def drain(self) -> None:
         self.sock.setblocking(False)
@@ -150,7 +151,7 @@ class StreamReceiver:
             self.sock.settimeout(max(1e-3, wait - (time.monotonic() - last_t)))
             try:
                 data = self.sock.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 if got:  # the end of the stream is missing (or was lost after a gap)
                     lost += int(not gap)
                     break
@@ -215,7 +216,8 @@ class HelicRig:
         while start < st.n_params:
             s0, nxt, page = c.decode_param_page(self.link.request(MsgType.GET_PARAMS, struct.pack("<H", start)))
             if s0 != start or nxt <= start or len(page) != nxt - start:
-                raise InstrumentError(f"{self.name}: inconsistent GetParams page from {start} (echo {s0}, next {nxt}, {len(page)} definitions)")
+                raise InstrumentError(f"{self.name}: inconsistent GetParams page from {start}"
+                                      f" (echo {s0}, next {nxt}, {len(page)} definitions)")
             defs += page
             start = nxt
         self.params = {d.name: (i, d) for i, d in enumerate(defs)}
@@ -250,7 +252,7 @@ class HelicRig:
         sp = self.spec
         if not sp.channel_limits:
             return
-        i, d = self._need(self.params, sp.input_limit_parameter, "parameter")
+        _, d = self._need(self.params, sp.input_limit_parameter, "parameter")
         levels = np.zeros(d.count)
         windows = sp.windows(self.config.sensors)
         for ch, src, scale in sp.channels:
@@ -288,7 +290,8 @@ class HelicRig:
         exp = self._get("experiment") if "experiment" in self.params else ""
         details = dict(host=self.spec.host, control_port=self.spec.control_port, firmware=fw, experiment=exp,
                        harmonics=self.K, parameters=list(self.params), sources=list(self.sources),
-                       idn=f"HELIC-DAQ v{self.status.version} {exp} ({fw})", resource=f"{self.spec.host}:{self.spec.control_port}",
+                       idn=f"HELIC-DAQ v{self.status.version} {exp} ({fw})",
+                       resource=f"{self.spec.host}:{self.spec.control_port}",
                        counters=dict(self.counters))
         return RigDescription(self.config.identity, "helic", self.actuators, self.fs, self.config.voltage_limit_v,
                               self.config.sensors, details, self.spec.input_range_v)
@@ -335,8 +338,8 @@ class HelicRig:
             self._set(p, x)
             self._written[p] = x
         # the device ramps every demand write over ramp_periods (docs/helic.md); its clock moves on
-        ramp_samples = round(float(np.float32(ramp_periods)) / float(np.float32(f)) * self.fs) if sp.ramp_parameter else 0
         self._freq = float(np.float32(f))
+        ramp_samples = round(float(np.float32(ramp_periods)) / self._freq * self.fs) if sp.ramp_parameter else 0
         self._clock += ramp_samples / self.fs
 
     def _arm(self) -> None:
@@ -349,7 +352,8 @@ class HelicRig:
         self._set("arm", 1)
         bits = int(self._get("safety"))
         if not bits & SAFETY_ARMED:
-            raise InstrumentError(f"{self.name}: refused to drive the outputs: the device does not report itself armed (safety = {bits})")
+            raise InstrumentError(f"{self.name}: refused to drive the outputs:"
+                                  f" the device does not report itself armed (safety = {bits})")
         self._armed = True
 
     def _stream(self, count: int, ids: bytes) -> Record:
@@ -382,17 +386,19 @@ class HelicRig:
             if attempt < self.spec.retakes:
                 self.counters["retaken"] += 1
         raise InstrumentError(f"{self.name}: {self.spec.retakes + 1} records in a row were incomplete or stale "
-                              f"({self.counters['lost_datagrams']} datagrams lost, {self.counters['dropped_records']} records dropped)")
+                              f"({self.counters['lost_datagrams']} datagrams lost,"
+                              f" {self.counters['dropped_records']} records dropped)")
 
     def _watch_safety(self) -> None:
         bits = int(self._get("safety"))
         if bits & (SAFETY_TRIP | SAFETY_CLAMP | SAFETY_QUIET):
-            what = "tripped" if bits & SAFETY_TRIP else "clamped the output" if bits & SAFETY_CLAMP else "quieted the output"
+            what = ("tripped" if bits & SAFETY_TRIP else
+                    "clamped the output" if bits & SAFETY_CLAMP else "quieted the output")
             self._armed = False
             raise RigTrip(f"{self.name}: the device's safety gate {what} (safety = {bits}); outputs held at zero")
 
     def _record(self, n_periods: int):
-        rec, N = self._samples(int(n_periods))
+        rec, _ = self._samples(int(n_periods))
         t = self._times(rec)
         data = {ch: rec.values[:, i].astype(float) * scale for i, (ch, _, scale) in enumerate(self.spec.channels)}
         return t, data, safety.overrange_channels(data, self.spec.input_range_v)
@@ -409,7 +415,8 @@ class HelicRig:
         theta0 = float(np.mean(turns - k * step))
         worst = float(np.max(np.abs(turns - k * step - theta0)))
         if worst > PHASE_TOLERANCE:
-            raise InstrumentError(f"{self.name}: the phase source departs {worst:.3g} turn from {self._freq:g} Hz in a record")
+            raise InstrumentError(
+                f"{self.name}: the phase source departs {worst:.3g} turn from {self._freq:g} Hz in a record")
         return (theta0 + k * step) / self._freq
 
     def acquire(self, n_periods: int) -> Acquisition:
@@ -423,7 +430,8 @@ class HelicRig:
         self._open()
         t, data, over = self._record(n_periods)
         names = list(data)
-        fit = harmonics.fit(t, np.stack([data[n] for n in names]), self._freq, orders, n_periods=int(n_periods), nuisance_hz=nuisance_hz)
+        fit = harmonics.fit(t, np.stack([data[n] for n in names]), self._freq, orders, n_periods=int(n_periods),
+                            nuisance_hz=nuisance_hz)
         return ChannelCoefficients({n: fit.coefficients[i] for i, n in enumerate(names)},
                                    {n: fit.variance[i] for i, n in enumerate(names)}, np.asarray(orders), self._freq,
                                    int(n_periods), self._clock, over, self._epoch)
@@ -465,7 +473,7 @@ class HelicRig:
         if self._closed:
             raise InstrumentError(f"{self.name} is closed")
 
-    def __enter__(self) -> "HelicRig":
+    def __enter__(self) -> HelicRig:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -20,11 +20,40 @@ from enum import IntEnum
 import numpy as np
 
 __all__ = [
-    "MAGIC", "VERSION", "MAX_PAYLOAD", "MAX_DATAGRAM", "EPOCH_MODULUS", "MsgType", "ErrorCode", "CodecError",
-    "crc16", "encode_frame", "decode_frame", "FrameReader", "ParamDef", "encode_param_def", "decode_param_defs",
-    "encode_param_page", "decode_param_page", "encode_sources", "decode_sources", "Status", "encode_error",
-    "decode_error", "pack_value", "unpack_value", "value_size", "StreamPacket", "encode_packet", "decode_packet",
-    "records_per_packet", "BrokerInfo", "beacon_request", "Beacon", "encode_beacon", "decode_beacon",
+    "EPOCH_MODULUS",
+    "MAGIC",
+    "MAX_DATAGRAM",
+    "MAX_PAYLOAD",
+    "VERSION",
+    "Beacon",
+    "BrokerInfo",
+    "CodecError",
+    "ErrorCode",
+    "FrameReader",
+    "MsgType",
+    "ParamDef",
+    "Status",
+    "StreamPacket",
+    "beacon_request",
+    "crc16",
+    "decode_beacon",
+    "decode_error",
+    "decode_frame",
+    "decode_packet",
+    "decode_param_defs",
+    "decode_param_page",
+    "decode_sources",
+    "encode_beacon",
+    "encode_error",
+    "encode_frame",
+    "encode_packet",
+    "encode_param_def",
+    "encode_param_page",
+    "encode_sources",
+    "pack_value",
+    "records_per_packet",
+    "unpack_value",
+    "value_size",
 ]
 
 MAGIC = 0x4C48  # "HL" little-endian
@@ -239,10 +268,11 @@ class Status:
     FORMAT = struct.Struct("<BHBfI")
 
     def encode(self) -> bytes:
-        return self.FORMAT.pack(self.version, self.n_params, self.n_sources, self.sample_rate, self.uptime_ms & 0xFFFFFFFF)
+        return self.FORMAT.pack(self.version, self.n_params, self.n_sources, self.sample_rate,
+                                self.uptime_ms & 0xFFFFFFFF)
 
     @classmethod
-    def decode(cls, payload: bytes) -> "Status":
+    def decode(cls, payload: bytes) -> Status:
         if len(payload) != cls.FORMAT.size:
             raise CodecError(f"Status payload of {len(payload)} bytes (needs {cls.FORMAT.size})", ErrorCode.BAD_LENGTH)
         return cls(*cls.FORMAT.unpack(payload))
@@ -355,7 +385,7 @@ class BrokerInfo:
                                 self.decimation, self.count, self.clients, len(self.sources)) + bytes(self.sources)
 
     @classmethod
-    def decode(cls, payload: bytes) -> "BrokerInfo":
+    def decode(cls, payload: bytes) -> BrokerInfo:
         if len(payload) < cls.FORMAT.size:
             raise CodecError("BrokerInfo payload too short", ErrorCode.BAD_LENGTH)
         *head, n = cls.FORMAT.unpack_from(payload)

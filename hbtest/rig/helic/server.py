@@ -33,7 +33,7 @@ import socket
 import struct
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -42,7 +42,7 @@ from .. import safety
 from . import codec as c
 from .codec import CodecError, ErrorCode, MsgType, ParamDef
 
-__all__ = ["HelicDevice", "HelicServer", "Faults", "HARMONICS", "EXPERIMENT", "POLL_S"]
+__all__ = ["EXPERIMENT", "HARMONICS", "POLL_S", "Faults", "HelicDevice", "HelicServer"]
 
 HARMONICS = 16
 EXPERIMENT = "hbtest-twin"
@@ -229,7 +229,8 @@ class HelicDevice:
 
     def _validate(self, name: str, value) -> None:
         arr = np.atleast_1d(np.asarray(value, dtype=float))
-        bad = (name == "freq" and not 0 < arr[0] < self.fs / 2) or (name == "ramp_periods" and not 0 <= arr[0] <= 1000) \
+        bad = (name == "freq" and not 0 < arr[0] < self.fs / 2) \
+            or (name == "ramp_periods" and not 0 <= arr[0] <= 1000) \
             or (name in ("input_limit", "output_limit") and np.any(arr < 0)) \
             or (name == ARM_KEY and arr[0] not in (0, 1))
         if bad:
@@ -387,7 +388,8 @@ class HelicServer:
     endpoint, "Control channel"); others wait in the listen queue. ``start()`` binds and serves
     in a background thread; ``stop()`` quiets the outputs and closes every socket."""
 
-    def __init__(self, rig_config, *, host: str = "127.0.0.1", port: int = 2350, seed: int | None = None, on_event=None):
+    def __init__(self, rig_config, *, host: str = "127.0.0.1", port: int = 2350, seed: int | None = None,
+                 on_event=None):
         self.on_event = on_event or (lambda kind, message: None)
         self.device = HelicDevice(rig_config, seed=seed, on_event=self.on_event)
         self.host, self.port = host, int(port)
@@ -431,7 +433,7 @@ class HelicServer:
         self._thread.start()
         return self.host, self.port
 
-    def __enter__(self) -> "HelicServer":
+    def __enter__(self) -> HelicServer:
         if self._tcp is None:
             self.start()
         return self
@@ -456,7 +458,7 @@ class HelicServer:
         while not self._stop.is_set():
             try:
                 conn, addr = self._tcp.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return
@@ -483,7 +485,7 @@ class HelicServer:
             if frame is None:
                 try:
                     chunk = conn.recv(1 << 16)
-                except socket.timeout:
+                except TimeoutError:
                     continue
                 if not chunk:
                     return
