@@ -3,6 +3,8 @@ the in-process twin's (bit for bit, for the f32 demand the device holds); discov
 frames give one line naming the device; limits are enforced before anything is written; the
 device disarms when the host goes away."""
 
+import re
+
 import numpy as np
 import pytest
 from test_helic_sweep import TWIN, _rig_copy
@@ -88,3 +90,16 @@ def test_discovery_pages_match_status(served):
         assert len(rig.params) == rig.status.n_params and len(rig.sources) == rig.status.n_sources
         assert rig.K == 16 and rig.status.version == c.VERSION
         assert list(rig.sources)[-2:] == ["phase", "cmd_epoch"]
+
+
+def test_rig_check_identifies_the_device_and_leaves_it_disarmed(served, capsys):
+    from hbtest.cli import main
+
+    srv, path = served
+    assert main(["rig", "check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "instrument: HELIC-DAQ v3 hbtest-twin" in out and "kind helic" in out
+    assert "forcing_coeffs" in out and "sources: l1, l2, g1, g2, phase, cmd_epoch" in out
+    for ch in ("l1", "l2", "g1", "g2"):
+        assert re.search(rf"^\s+{ch}\s", out, re.M)
+    assert not srv.device.gate.armed and srv.device.value("arm") == 0

@@ -202,6 +202,8 @@ class HelicRig:
             self._discover()
             self.stream = StreamReceiver(self.name, sp.host, sp.stream_port, sp.timeout_s)
             self.stream.dropped_seen = int(self._get("records_dropped")) if "records_dropped" in self.params else 0
+            if "ticks" in self.params:  # the rig clock is the device's sample clock
+                self._clock = int(self._get("ticks")) / self.fs
             self._configure_limits()
         except BaseException:
             self.link.close()
