@@ -3,19 +3,17 @@
 Runs the same short sweep (``sweeps/paper-cantilever.toml``, same seed) in-process on the
 virtual twin and through ``hbtest serve --protocol helic`` (a separate process: the twin as a
 HELIC-DAQ v3 device) with the ``helic`` kind over loopback TCP + UDP
-(``instruments/helic-loopback.toml`` pointed at the served ports). The two do not run the same
-iterations: in-process the hbtest profile fits through the transient with the twin's modes,
-the helic rig (like any hardware rig) has no modes and settles instead, and the helic wire
-carries f32. So ``helic_overhead_per_point`` (wall per point, helic / in-process - 1) mixes
-the protocol's cost with the settle path's extra rig time (``rig_time_ratio``); the wall per
-simulated rig second of each path is printed as well. It is not a like-for-like protocol
-overhead and must not be read as one (docs/helic.md). Each variant runs ``--repeat`` times;
-the fastest counts (the machine is shared).
+(``instruments/helic-loopback.toml`` pointed at the served ports).
+
+Like with like: the helic rig (as any hardware rig) offers no modes, so the hbtest profile
+settles instead of fitting through the transient; the in-process reference therefore runs with
+the transient fit off (``HbtestProfile.fit_transient = False``), and both then run the same
+iterations and rig time (checked; printed as a warning otherwise). ``helic_overhead`` is
+``helic wall / in-process wall - 1`` over all points. For information, the in-process run with
+the profile's default (transient fit) is timed too (``inprocess_default_s_per_point``).
+Each variant runs ``--repeat`` times; the fastest counts (the machine is shared).
 
     python benchmarks/helic_overhead.py [--points N] [--repeat R]
-
-Prints key=value lines: inprocess_s_per_point, helic_s_per_point, inprocess_wall_per_rig_s,
-helic_wall_per_rig_s, rig_time_ratio, helic_overhead_per_point.
 """
 
 from __future__ import annotations
@@ -46,8 +44,10 @@ TWIN = ROOT / "instruments" / "virtual-cantilever.toml"
 HELIC = ROOT / "instruments" / "helic-loopback.toml"
 
 
-def timed_sweep(overrides, store: Path):
-    """(per-point wall seconds, per-point rig seconds) of one sweep."""
+def timed_sweep(overrides, store: Path, fit_transient: bool = True):
+    """(per-point wall seconds, per-point rig seconds, iterations) of one sweep."""
+    from hbtest.point.profiles import HbtestProfile
+
     stamps = []
 
     def progress(event):
@@ -55,8 +55,13 @@ def timed_sweep(overrides, store: Path):
             stamps.append(time.perf_counter())
 
     cfg = load_sweep(PAPER, overrides)
-    ds = run(cfg, store, progress=progress, plot=False, overrides=overrides)
-    return np.diff(stamps), ds.rig_periods.values / ds.frequency.values
+    saved = HbtestProfile.fit_transient
+    HbtestProfile.fit_transient = fit_transient
+    try:
+        ds = run(cfg, store, progress=progress, plot=False, overrides=overrides)
+    finally:
+        HbtestProfile.fit_transient = saved
+    return np.diff(stamps), ds.rig_periods.values / ds.frequency.values, ds.iterations.values
 
 
 def serve():
@@ -83,29 +88,32 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     a = ap.parse_args()
     base = [f"sweep.points={a.points}"]
-    best = {}
+    runs: dict[str, list] = {"default": [], "in": [], "helic": []}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for r in range(a.repeat):
-            best.setdefault("in", []).append(timed_sweep(base, tmp / f"twin{r}.zarr"))
+            runs["default"].append(timed_sweep(base, tmp / f"d{r}.zarr"))
+            runs["in"].append(timed_sweep(base, tmp / f"i{r}.zarr", fit_transient=False))
             p, port = serve()
             try:
                 rig = helic_rig_file(tmp, port)
-                best.setdefault("helic", []).append(timed_sweep(base + [f"rig='{rig}'"], tmp / f"h{r}.zarr"))
+                runs["helic"].append(timed_sweep(base + [f"rig='{rig}'"], tmp / f"h{r}.zarr"))
             finally:
                 p.send_signal(signal.SIGTERM)
                 p.communicate(timeout=30)
-    (w_in, s_in), (w_h, s_h) = (min(best[k], key=lambda x: x[0].sum()) for k in ("in", "helic"))
-    print(f"{'point':>5} {'in-process [s]':>15} {'rig [s]':>8} {'helic [s]':>10} {'rig [s]':>8}")
+    best = {k: min(v, key=lambda x: x[0].sum()) for k, v in runs.items()}
+    (w_in, s_in, it_in), (w_h, s_h, it_h) = best["in"], best["helic"]
+    if not (np.array_equal(it_in, it_h) and np.allclose(s_in, s_h, rtol=1e-9)):
+        print(f"warning: runs differ (iterations {it_in.tolist()} vs {it_h.tolist()})")
+    print(f"{'point':>5} {'iter':>5} {'rig [s]':>8} {'in-process [s]':>15} {'helic [s]':>10} {'overhead':>9}")
     for i in range(len(w_in)):
-        print(f"{i + 1:>5} {w_in[i]:>15.3f} {s_in[i]:>8.2f} {w_h[i]:>10.3f} {s_h[i]:>8.2f}")
-    rate_in, rate_h = w_in.sum() / s_in.sum(), w_h.sum() / s_h.sum()
+        print(f"{i + 1:>5} {int(it_in[i]):>5} {s_in[i]:>8.2f} {w_in[i]:>15.3f} {w_h[i]:>10.3f} {w_h[i] / w_in[i] - 1:>9.3f}")
+    print(f"inprocess_default_s_per_point={best['default'][0].mean():.4f}")
+    print(f"inprocess_default_rig_s_per_point={best['default'][1].mean():.3f}")
     print(f"inprocess_s_per_point={w_in.mean():.4f}")
     print(f"helic_s_per_point={w_h.mean():.4f}")
-    print(f"inprocess_wall_per_rig_s={rate_in:.5f}")
-    print(f"helic_wall_per_rig_s={rate_h:.5f}")
-    print(f"rig_time_ratio={s_h.sum() / s_in.sum():.3f}")
-    print(f"helic_overhead_per_point={w_h.sum() / w_in.sum() - 1:.4f}")
+    print(f"rig_s_per_point={s_in.mean():.3f}")
+    print(f"helic_overhead={w_h.sum() / w_in.sum() - 1:.4f}")
 
 
 if __name__ == "__main__":

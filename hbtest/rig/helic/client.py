@@ -141,14 +141,17 @@ class StreamReceiver:
             self.sock.setblocking(True)
 
     def collect(self, count: int, n_values: int) -> Record:
-        """Receive the ``count`` records of the stream just started."""
-        got, lost, seq_next, first, last_t = [], 0, 0, None, time.monotonic()
-        start_dropped, dropped = self.dropped_seen, self.dropped_seen
+        """Receive the ``count`` records of the stream just started (waiting ``timeout_s``
+        per datagram; after a gap, the stream counts as over once silent ``IDLE_END_S``)."""
+        got, lost, seq_next, first, timeout = [], 0, 0, None, None
+        start_dropped = dropped = self.dropped_seen
         n = 0
         while n < count:
             gap = lost or (start_dropped is not None and dropped != start_dropped)
-            wait = IDLE_END_S if (gap and got) else self.timeout_s
-            self.sock.settimeout(max(1e-3, wait - (time.monotonic() - last_t)))
+            want = IDLE_END_S if (gap and got) else self.timeout_s
+            if want != timeout:
+                timeout = want
+                self.sock.settimeout(timeout)
             try:
                 data = self.sock.recv(65536)
             except TimeoutError:
@@ -156,7 +159,6 @@ class StreamReceiver:
                     lost += int(not gap)
                     break
                 raise InstrumentError(f"{self.name}: stream stopped after {n} of {count} records (timeout)") from None
-            last_t = time.monotonic()
             p = c.decode_packet(data)
             if p.values.shape[1] != n_values:
                 continue  # not this stream's layout
@@ -166,12 +168,15 @@ class StreamReceiver:
             first = p.first_index if first is None and p.seq == 0 else first
             got.append(p)
             n += p.values.shape[0]
-            if first is not None and p.indices[-1] >= first + count - 1:
+            if first is not None and p.first_index + p.decimation * (p.values.shape[0] - 1) >= first + count - 1:
                 break
         self.dropped_seen = dropped
         grown = 0 if start_dropped is None else (dropped - start_dropped) % (1 << 32)
         values = np.concatenate([p.values for p in got])
-        return Record(values, np.concatenate([p.indices for p in got]), lost, grown)
+        sizes = np.array([p.values.shape[0] for p in got])
+        starts = np.repeat([p.first_index for p in got], sizes) + np.repeat([p.decimation for p in got], sizes) * (
+            np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes))
+        return Record(values, starts.astype(np.int64), lost, grown)
 
     def close(self) -> None:
         self.sock.close()

@@ -340,14 +340,18 @@ def records_per_packet(values_per_record: int) -> int:
     return (MAX_DATAGRAM - PACKET_HEADER.size) // (4 * values_per_record)
 
 
+def packet_header(seq: int, first_index: int, dropped: int, decimation: int, shape) -> bytes:
+    """The 20-byte header of a datagram of ``shape`` = (records, values per record)."""
+    n, m = shape
+    if PACKET_HEADER.size + 4 * n * m > MAX_DATAGRAM or not 1 <= m <= 255:
+        raise CodecError(f"{n} records of {m} values do not fit one datagram", ErrorCode.BAD_LENGTH)
+    return PACKET_HEADER.pack(MAGIC, VERSION, m, seq & 0xFFFFFFFF, first_index & 0xFFFFFFFF,
+                              dropped & 0xFFFFFFFF, decimation, n)
+
+
 def encode_packet(p: StreamPacket) -> bytes:
     v = np.ascontiguousarray(p.values, dtype="<f4")
-    n, m = v.shape
-    if PACKET_HEADER.size + v.nbytes > MAX_DATAGRAM or not 1 <= m <= 255:
-        raise CodecError(f"{n} records of {m} values do not fit one datagram", ErrorCode.BAD_LENGTH)
-    head = PACKET_HEADER.pack(MAGIC, VERSION, m, p.seq & 0xFFFFFFFF, p.first_index & 0xFFFFFFFF,
-                              p.dropped & 0xFFFFFFFF, p.decimation, n)
-    return head + v.tobytes()
+    return packet_header(p.seq, p.first_index, p.dropped, p.decimation, v.shape) + v.tobytes()
 
 
 def decode_packet(data: bytes) -> StreamPacket:
