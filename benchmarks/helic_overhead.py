@@ -107,7 +107,8 @@ def main() -> None:
         print(f"warning: runs differ (iterations {it_in.tolist()} vs {it_h.tolist()})")
     print(f"{'point':>5} {'iter':>5} {'rig [s]':>8} {'in-process [s]':>15} {'helic [s]':>10} {'overhead':>9}")
     for i in range(len(w_in)):
-        print(f"{i + 1:>5} {int(it_in[i]):>5} {s_in[i]:>8.2f} {w_in[i]:>15.3f} {w_h[i]:>10.3f} {w_h[i] / w_in[i] - 1:>9.3f}")
+        ratio = w_h[i] / w_in[i] - 1
+        print(f"{i + 1:>5} {int(it_in[i]):>5} {s_in[i]:>8.2f} {w_in[i]:>15.3f} {w_h[i]:>10.3f} {ratio:>9.3f}")
     print(f"inprocess_default_s_per_point={best['default'][0].mean():.4f}")
     print(f"inprocess_default_rig_s_per_point={best['default'][1].mean():.3f}")
     print(f"inprocess_s_per_point={w_in.mean():.4f}")

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import socket
 import struct
-import time
 from dataclasses import dataclass
 
 import numpy as np
