@@ -32,6 +32,7 @@ import time
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -229,6 +230,18 @@ def _rig_seed(rig) -> int | None:
     return None if seed is None else int(seed)
 
 
+@runtime_checkable
+class _CountsRecords(Protocol):
+    """A rig that counts what its link did to records (retaken, lost, dropped: the helic kind)."""
+
+    counters: dict
+
+
+def _rig_counters(rig) -> dict:
+    """``rig_counters`` (JSON) for the store's attributes, when the rig keeps counters."""
+    return {"rig_counters": json.dumps(rig.counters)} if isinstance(rig, _CountsRecords) else {}
+
+
 def _close(rig) -> str:
     """Close the rig (safe state first); a rig that cannot be reached any more is reported,
     not raised (its own watchdog ramps it down)."""
@@ -364,7 +377,8 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
         raise
     finally:
         try:
-            store.set_status(status, wall_seconds=round(time.monotonic() - t_wall, 3), stop_cause=cause, stop_message=reason)
+            store.set_status(status, wall_seconds=round(time.monotonic() - t_wall, 3), stop_cause=cause, stop_message=reason,
+                             **_rig_counters(rig))
         except OSError:
             pass  # the disk refused even the status; the done flags still tell what is finished
     return status

@@ -39,6 +39,9 @@ def check(args) -> int:
         idn = d.details.get("idn")
         if idn:
             print(f"instrument: {idn} at {d.details.get('resource')}")
+        for key in ("parameters", "sources"):  # what a discovering device (helic) declared
+            if d.details.get(key):
+                print(f"{key}: {', '.join(d.details[key])}")
         print(f"actuators: {', '.join(d.actuators)}; voltage limit {d.voltage_limit_v:g} V; "
               f"sample rate {d.sample_rate_hz:g} Hz; input range {d.input_range_v if d.input_range_v else 'unknown'} V")
         rig.set_demand(CHECK_FREQUENCY_HZ, np.zeros((len(d.actuators), 1)), [1], ramp_periods=0.0)

@@ -3,7 +3,10 @@ acquisition-box protocol (instruments/README.md) backed by the virtual twin of F
 
 The first line printed is ``hbtest serve: listening on HOST:PORT ...`` (``--port 0`` picks a
 free port; scripts read the port from that line). Ctrl+C or SIGTERM: outputs ramp to zero,
-sockets close, exit 0."""
+sockets close, exit 0.
+
+``--protocol helic`` serves the twin as a HELIC-DAQ protocol v3 device instead (docs/helic.md):
+control on TCP PORT (default 2350), the stream from UDP PORT+1 (hbtest.rig.helic.server)."""
 
 from __future__ import annotations
 
@@ -18,7 +21,10 @@ def register(sub) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a value of the rig file (repeatable)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=5025, help="TCP port (default 5025; 0 = a free port, printed on the first line)")
+    p.add_argument("--protocol", choices=("box", "helic"), default="box",
+                   help="box: the acquisition-box protocol (default); helic: HELIC-DAQ protocol v3 (docs/helic.md)")
+    p.add_argument("--port", type=int, default=None,
+                   help="TCP port (default 5025, helic 2350; 0 = a free port, printed on the first line)")
     p.add_argument("--seed", type=int, default=None, help="seed of the twin (default: the rig file's)")
     p.add_argument("--watchdog", type=float, default=None, metavar="S",
                    help="default watchdog time [s] (a host sets its own with OUTP:PROT:WDOG)")
@@ -33,6 +39,8 @@ def run(args) -> int:
     cfg = load_rig(args.rig, args.overrides)
     if cfg.kind != "virtual":
         raise ConfigError(args.rig, "rig.kind", f"hbtest serve needs a virtual rig file (the twin to serve), got kind {cfg.kind!r}")
+    if args.port is None:
+        args.port = 2350 if args.protocol == "helic" else 5025
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be in 0..65535, got {args.port}")
     watchdog = DEFAULT_WATCHDOG_S if args.watchdog is None else args.watchdog
@@ -53,6 +61,8 @@ def run(args) -> int:
     # handlers first: a signal right after the "listening" line must already stop cleanly
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if args.protocol == "helic":
+            return _serve_helic(args, cfg, stop)
         server = BoxServer(cfg, host=args.host, port=args.port, seed=args.seed, watchdog_s=watchdog, on_event=say)
         try:
             host, port = server.start()
@@ -70,4 +80,26 @@ def run(args) -> int:
         for s, h in old.items():
             signal.signal(s, h)
     sys.stdout.flush()
+    return 0
+
+
+def _serve_helic(args, cfg, stop) -> int:
+    from ..errors import UserError
+    from ..rig.helic.server import HelicServer
+
+    def say(kind, message) -> None:
+        print(f"hbtest serve: {message}", flush=True)
+
+    server = HelicServer(cfg, host=args.host, port=args.port, seed=args.seed, on_event=say)
+    try:
+        host, port = server.start()
+    except OSError as e:
+        raise UserError(f"hbtest serve: cannot listen on {args.host}:{args.port} (and UDP next to it): {e.strerror or e}") from None
+    try:
+        print(f"hbtest serve: listening on {host}:{port} (HELIC-DAQ v3 control; stream from UDP {server.stream_port};"
+              f" rig {cfg.identity!r}; Ctrl+C stops)", flush=True)
+        while not stop.wait(0.2):
+            pass
+    finally:
+        server.stop()
     return 0

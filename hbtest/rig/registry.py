@@ -23,7 +23,7 @@ from typing import Callable
 
 __all__ = ["RigKind", "KIND_MODULES", "KindUnavailable", "register", "get", "names"]
 
-KIND_MODULES = {"virtual": "hbtest.rig.virtual", "box": "hbtest.rig.box", "scpi": "hbtest.rig.scpi"}
+KIND_MODULES = {"virtual": "hbtest.rig.virtual", "box": "hbtest.rig.box", "scpi": "hbtest.rig.scpi", "helic": "hbtest.rig.helic"}
 
 
 @dataclass(frozen=True)

@@ -218,6 +218,21 @@ class VirtualRig:
         data = {c: volts[i] for i, c in enumerate(self.sensors.channel_names)}
         return Acquisition(t=t, data=data, frequency_hz=f, sample_rate_hz=self.fs, n_periods=n_periods, elapsed_s=self.elapsed_s)
 
+    def acquire_samples(self, n_samples: int) -> Acquisition:
+        """Record ``n_samples`` samples (not necessarily whole periods; ``n_periods`` is the
+        whole periods they cover) — the samples :meth:`acquire` gives when ``n_samples`` is
+        its sample count. For a served device that streams by sample count (hbtest.rig.helic)."""
+        self._check_open()
+        self._require_demand()
+        n = int(n_samples)
+        if n < 1:
+            raise ValueError(f"n_samples must be positive, got {n_samples!r}")
+        f = self._freq
+        t, volts = self._constant(n, record=True)
+        data = {c: volts[i] for i, c in enumerate(self.sensors.channel_names)}
+        return Acquisition(t=t, data=data, frequency_hz=f, sample_rate_hz=self.fs, n_periods=int(n * f / self.fs),
+                           elapsed_s=self.elapsed_s)
+
     def safe_state(self, ramp_periods: float = 2.0) -> None:
         """Ramp all outputs to zero (at the current frequency)."""
         self._check_open()

@@ -1,0 +1,121 @@
+"""Wall-time overhead of the helic path per sweep point.
+
+Runs the same short sweep (``sweeps/paper-cantilever.toml``, same seed) in-process on the
+virtual twin and through ``hbtest serve --protocol helic`` (a separate process: the twin as a
+HELIC-DAQ v3 device) with the ``helic`` kind over loopback TCP + UDP
+(``instruments/helic-loopback.toml`` pointed at the served ports).
+
+Like with like: the helic rig (as any hardware rig) offers no modes, so the hbtest profile
+settles instead of fitting through the transient; the in-process reference therefore runs with
+the transient fit off (``HbtestProfile.fit_transient = False``), and both then run the same
+iterations and rig time (checked; printed as a warning otherwise). ``helic_overhead`` is
+``helic wall / in-process wall - 1`` over all points. For information, the in-process run with
+the profile's default (transient fit) is timed too (``inprocess_default_s_per_point``).
+Each variant runs ``--repeat`` times; the fastest counts (the machine is shared).
+
+    python benchmarks/helic_overhead.py [--points N] [--repeat R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hbtest.config import load_sweep
+from hbtest.events import PointFinished, RunStarted
+from hbtest.sweep import run
+
+PAPER = ROOT / "sweeps" / "paper-cantilever.toml"
+TWIN = ROOT / "instruments" / "virtual-cantilever.toml"
+HELIC = ROOT / "instruments" / "helic-loopback.toml"
+
+
+def timed_sweep(overrides, store: Path, fit_transient: bool = True):
+    """(per-point wall seconds, per-point rig seconds, iterations) of one sweep."""
+    from hbtest.point.profiles import HbtestProfile
+
+    stamps = []
+
+    def progress(event):
+        if isinstance(event, (RunStarted, PointFinished)):
+            stamps.append(time.perf_counter())
+
+    cfg = load_sweep(PAPER, overrides)
+    saved = HbtestProfile.fit_transient
+    HbtestProfile.fit_transient = fit_transient
+    try:
+        ds = run(cfg, store, progress=progress, plot=False, overrides=overrides)
+    finally:
+        HbtestProfile.fit_transient = saved
+    return np.diff(stamps), ds.rig_periods.values / ds.frequency.values, ds.iterations.values
+
+
+def serve():
+    cmd = [sys.executable, "-m", "hbtest.cli", "serve", "--protocol", "helic", "--rig", str(TWIN), "--port", "0"]
+    p = subprocess.Popen(cmd,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    m = re.search(r"listening on 127\.0\.0\.1:(\d+) ", p.stdout.readline())
+    if not m:
+        p.kill()
+        raise SystemExit("hbtest serve --protocol helic did not start")
+    return p, int(m.group(1))
+
+
+def helic_rig_file(tmp: Path, port: int) -> Path:
+    text = HELIC.read_text().replace("control_port = 2350", f"control_port = {port}")
+    path = tmp / "helic.toml"
+    path.write_text(text.replace("stream_port = 2351", f"stream_port = {port + 1}"))
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=1)
+    a = ap.parse_args()
+    base = [f"sweep.points={a.points}"]
+    runs: dict[str, list] = {"default": [], "in": [], "helic": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for r in range(a.repeat):
+            runs["default"].append(timed_sweep(base, tmp / f"d{r}.zarr"))
+            runs["in"].append(timed_sweep(base, tmp / f"i{r}.zarr", fit_transient=False))
+            p, port = serve()
+            try:
+                rig = helic_rig_file(tmp, port)
+                runs["helic"].append(timed_sweep(base + [f"rig='{rig}'"], tmp / f"h{r}.zarr"))
+            finally:
+                p.send_signal(signal.SIGTERM)
+                p.communicate(timeout=30)
+    best = {k: min(v, key=lambda x: x[0].sum()) for k, v in runs.items()}
+    (w_in, s_in, it_in), (w_h, s_h, it_h) = best["in"], best["helic"]
+    if not (np.array_equal(it_in, it_h) and np.allclose(s_in, s_h, rtol=1e-9)):
+        print(f"warning: runs differ (iterations {it_in.tolist()} vs {it_h.tolist()})")
+    print(f"{'point':>5} {'iter':>5} {'rig [s]':>8} {'in-process [s]':>15} {'helic [s]':>10} {'overhead':>9}")
+    for i in range(len(w_in)):
+        ratio = w_h[i] / w_in[i] - 1
+        print(f"{i + 1:>5} {int(it_in[i]):>5} {s_in[i]:>8.2f} {w_in[i]:>15.3f} {w_h[i]:>10.3f} {ratio:>9.3f}")
+    print(f"inprocess_default_s_per_point={best['default'][0].mean():.4f}")
+    print(f"inprocess_default_rig_s_per_point={best['default'][1].mean():.3f}")
+    print(f"inprocess_s_per_point={w_in.mean():.4f}")
+    print(f"helic_s_per_point={w_h.mean():.4f}")
+    print(f"rig_s_per_point={s_in.mean():.3f}")
+    print(f"helic_overhead={w_h.sum() / w_in.sum() - 1:.4f}")
+
+
+if __name__ == "__main__":
+    main()

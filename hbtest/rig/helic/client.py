@@ -1,0 +1,486 @@
+"""The ``helic`` rig: a HELIC-DAQ protocol v3 device behind the :class:`hbtest.rig.Rig`
+protocol (docs/helic.md; the v3 specification's sections are cited by name).
+
+Control (:class:`ControlLink`): one TCP connection, one request one reply, sequence numbers
+checked; an error frame is one line naming the device, the request and the error. On every
+connection the parameters and sources are discovered by name (paged ``GetParams``, checked
+against ``Status``); indices are never kept across connections.
+
+Demand: per actuator the coefficient parameter ``[mean, a1..aK, b1..bK]`` [V] for ``mean +
+sum a_k cos k theta + b_k sin k theta`` (K from the parameter's size), i.e. ``a_k = Re V_k``,
+``b_k = -Im V_k`` in the hbtest.harmonics convention. Each write is one queued device command:
+``cmd_epoch`` advances by the commands sent, and a record counts only when every sample of it
+carries the epoch of the demand last written (a stale record never enters a fit).
+
+Records (:class:`StreamReceiver`): a count-limited stream of the channels' sources, ``phase``
+[turn] and ``cmd_epoch``; the sample times handed to the fits are the unwrapped master phase
+divided by the frequency, not sample indices. A record with a packet-sequence gap, a
+``dropped`` increase or a stale epoch is discarded and taken again (``retakes``), counted in
+:attr:`HelicRig.counters`.
+
+Safety: no coefficient set whose peak bound (|mean| + sum |V_k|, also after f32 rounding)
+exceeds ``voltage_limits_v`` is written; a non-zero demand arms the device first and is refused
+when the device does not report itself armed; after each record the ``safety`` bits are read:
+a latched trip, a clamp or a quiet raises :class:`~hbtest.errors.RigTrip` (the point's
+``stop_reason`` is ``trip``, the message names which); ``close`` zeroes every coefficient set
+and disarms (the device also disarms when the connection ends).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from ... import harmonics
+from ...errors import InstrumentError, RigTrip
+from .. import Acquisition, ChannelCoefficients, RigDescription, safety
+from . import codec as c
+from .codec import MsgType
+
+__all__ = ["ControlLink", "HelicRig", "Record", "StreamReceiver"]
+
+RCVBUF = 4 << 20  # bytes of UDP receive buffer asked for (a record arrives as a burst)
+IDLE_END_S = 0.3  # after a gap, the stream counts as over once silent this long
+PHASE_TOLERANCE = 1e-5  # turn: largest departure of the phase source from a constant frequency in a record
+SAFETY_TRIP, SAFETY_CLAMP, SAFETY_QUIET, SAFETY_ARMED = 2, 4, 8, 1
+
+
+class ControlLink:
+    """The control channel: :meth:`request` sends one frame and returns the reply payload;
+    socket problems and error frames raise InstrumentError naming ``name``."""
+
+    def __init__(self, name: str, host: str, port: int, timeout_s: float):
+        self.name = name
+        self.seq = 0
+        try:
+            self.sock = socket.create_connection((host, port), timeout=timeout_s)
+        except OSError as e:
+            raise InstrumentError(f"{name}: cannot connect to {host}:{port}: {e.strerror or e}") from None
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.reader = c.FrameReader()
+
+    def request(self, msg_type: int, payload: bytes = b"", what: str = "") -> bytes:
+        self.seq = (self.seq + 1) & 0xFF
+        label = what or MsgType(msg_type).name
+        try:
+            self.sock.sendall(c.encode_frame(msg_type, self.seq, payload))
+            frame = self._reply()
+        except TimeoutError:
+            raise InstrumentError(f"{self.name}: no reply to {label} (timeout)") from None
+        except (OSError, c.CodecError) as e:
+            raise InstrumentError(f"{self.name}: connection lost during {label}: {e}") from None
+        rtype, seq, body = frame
+        if seq != self.seq:
+            raise InstrumentError(f"{self.name}: reply to {label} has sequence {seq}, expected {self.seq}")
+        if rtype == MsgType.ERROR:
+            code, _ = c.decode_error(body)
+            raise InstrumentError(f"{self.name}: {label} refused: error {code} ({c.ERROR_TEXT.get(code, 'unknown')})")
+        if rtype != msg_type:
+            raise InstrumentError(f"{self.name}: reply of type {rtype} to {label}")
+        return body
+
+    def _reply(self):
+        while True:
+            frame = self.reader.next()
+            if frame is not None:
+                return frame
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                raise OSError("the device closed the connection")
+            self.reader.feed(chunk)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@dataclass
+class Record:
+    """One streamed record: ``values`` (records, sources) f32, ``indices`` sample indices,
+    ``lost`` datagrams missing (sequence gaps), ``dropped`` increase of the device's drops."""
+
+    values: np.ndarray
+    indices: np.ndarray
+    lost: int
+    dropped: int
+    stale: bool = False
+
+    @property
+    def complete(self) -> bool:
+        return self.lost == 0 and self.dropped == 0
+
+
+class StreamReceiver:
+    """The host's UDP socket: bound before ``StreamStart``, primed towards the device's stream
+    port ("Stream channel"), collecting one count-limited stream at a time."""
+
+    def __init__(self, name: str, host: str, device_port: int, timeout_s: float):
+        self.name, self.timeout_s = name, timeout_s
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+        self.sock.bind(("127.0.0.1" if host in ("127.0.0.1", "localhost") else "0.0.0.0", 0))
+        self.port = self.sock.getsockname()[1]
+        self.dropped_seen: int | None = None
+        try:
+            self.sock.sendto(b"hbtest primer", (host, device_port))
+        except OSError as e:
+            raise InstrumentError(
+                f"{name}: cannot send the UDP primer to {host}:{device_port}: {e.strerror or e}") from None
+
+    def drain(self) -> None:
+        self.sock.setblocking(False)
+        try:
+            while True:
+                self.sock.recv(65536)
+        except OSError:
+            pass
+        finally:
+            self.sock.setblocking(True)
+
+    def collect(self, count: int, n_values: int) -> Record:
+        """Receive the ``count`` records of the stream just started (waiting ``timeout_s``
+        per datagram; after a gap, the stream counts as over once silent ``IDLE_END_S``)."""
+        got, lost, seq_next, first, timeout = [], 0, 0, None, None
+        start_dropped = dropped = self.dropped_seen
+        n = 0
+        while n < count:
+            gap = lost or (start_dropped is not None and dropped != start_dropped)
+            want = IDLE_END_S if (gap and got) else self.timeout_s
+            if want != timeout:
+                timeout = want
+                self.sock.settimeout(timeout)
+            try:
+                data = self.sock.recv(65536)
+            except TimeoutError:
+                if got:  # the end of the stream is missing (or was lost after a gap)
+                    lost += int(not gap)
+                    break
+                raise InstrumentError(f"{self.name}: stream stopped after {n} of {count} records (timeout)") from None
+            p = c.decode_packet(data)
+            if p.values.shape[1] != n_values:
+                continue  # not this stream's layout
+            lost += max(0, p.seq - seq_next)
+            seq_next = p.seq + 1
+            dropped = p.dropped
+            first = p.first_index if first is None and p.seq == 0 else first
+            got.append(p)
+            n += p.values.shape[0]
+            if first is not None and p.first_index + p.decimation * (p.values.shape[0] - 1) >= first + count - 1:
+                break
+        self.dropped_seen = dropped
+        grown = 0 if start_dropped is None else (dropped - start_dropped) % (1 << 32)
+        values = np.concatenate([p.values for p in got])
+        sizes = np.array([p.values.shape[0] for p in got])
+        starts = np.repeat([p.first_index for p in got], sizes) + np.repeat([p.decimation for p in got], sizes) * (
+            np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes))
+        return Record(values, starts.astype(np.int64), lost, grown)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class HelicRig:
+    """A HELIC-DAQ v3 device as a :class:`hbtest.rig.Rig` (module docstring). Counters for
+    tests and the store: :attr:`counters` (records retaken, datagrams lost, records dropped by
+    the device, stale records)."""
+
+    def __init__(self, rig_config):
+        self.config = rig_config
+        self.spec = rig_config.spec
+        sp = self.spec
+        self.name = f"helic {rig_config.identity!r} at {sp.host}:{sp.control_port}"
+        self.fs = float(rig_config.sample_rate_hz)
+        self.actuators = tuple(rig_config.actuators)
+        self.counters = dict(retaken=0, lost_datagrams=0, dropped_records=0, stale_records=0)
+        self._clock = 0.0
+        self._freq: float | None = None
+        self._written: dict[str, np.ndarray] = {}
+        self._epoch: int | None = None  # the epoch the demand last written takes effect with
+        self._queued = 0  # commands written since the last record
+        self._armed = False
+        self._closed = False
+        self.link = ControlLink(self.name, sp.host, sp.control_port, sp.timeout_s)
+        try:
+            self._discover()
+            self.stream = StreamReceiver(self.name, sp.host, sp.stream_port, sp.timeout_s)
+            self.stream.dropped_seen = int(self._get("records_dropped")) if "records_dropped" in self.params else 0
+            if "ticks" in self.params:  # the rig clock is the device's sample clock
+                self._clock = int(self._get("ticks")) / self.fs
+            self._configure_limits()
+        except BaseException:
+            self.link.close()
+            raise
+
+    # -- discovery -------------------------------------------------------------------------
+    def _discover(self) -> None:
+        st = c.Status.decode(self.link.request(MsgType.STATUS))
+        if st.version != c.VERSION:
+            raise InstrumentError(f"{self.name}: speaks protocol v{st.version}, hbtest speaks v{c.VERSION}")
+        defs, start = [], 0
+        while start < st.n_params:
+            s0, nxt, page = c.decode_param_page(self.link.request(MsgType.GET_PARAMS, struct.pack("<H", start)))
+            if s0 != start or nxt <= start or len(page) != nxt - start:
+                raise InstrumentError(f"{self.name}: inconsistent GetParams page from {start}"
+                                      f" (echo {s0}, next {nxt}, {len(page)} definitions)")
+            defs += page
+            start = nxt
+        self.params = {d.name: (i, d) for i, d in enumerate(defs)}
+        srcs = c.decode_sources(self.link.request(MsgType.GET_SOURCES))
+        if len(srcs) != st.n_sources:
+            raise InstrumentError(f"{self.name}: {len(srcs)} sources listed, Status says {st.n_sources}")
+        self.sources = {name: (i, unit) for i, (name, unit) in enumerate(srcs)}
+        self.status = st
+        self._resolve()
+
+    def _need(self, table: dict, name: str, what: str):
+        if name not in table:
+            raise InstrumentError(f"{self.name}: the device has no {what} {name!r} (it has {', '.join(table)})")
+        return table[name]
+
+    def _resolve(self) -> None:
+        sp = self.spec
+        for name in ("arm", "safety", sp.frequency_parameter) + tuple(p for _, p in sp.actuators):
+            self._need(self.params, name, "parameter")
+        sizes = {self.params[p][1].count for _, p in sp.actuators}
+        if len(sizes) != 1 or (sizes.pop() - 1) % 2:
+            raise InstrumentError(f"{self.name}: coefficient parameters must hold 1 + 2K values each")
+        self.K = (self.params[sp.actuators[0][1]][1].count - 1) // 2
+        names = [src for _, src, _ in sp.channels] + [sp.phase_source, sp.epoch_source]
+        self.source_ids = bytes(self._need(self.sources, n, "stream source")[0] for n in names)
+        self.epoch_id = bytes([self.sources[sp.epoch_source][0]])
+        rate, st_rate = float(np.float32(self.fs)), self.status.sample_rate
+        if abs(st_rate - rate) > 1e-6 * rate:
+            raise InstrumentError(f"{self.name}: samples at {st_rate:g} Hz, the rig file says {self.fs:g} Hz")
+
+    def _configure_limits(self) -> None:
+        sp = self.spec
+        if not sp.channel_limits:
+            return
+        _, d = self._need(self.params, sp.input_limit_parameter, "parameter")
+        levels = np.zeros(d.count)
+        windows = sp.windows(self.config.sensors)
+        for ch, src, scale in sp.channels:
+            if ch in windows:
+                levels[self.sources[src][0]] = windows[ch] / scale
+        self._set(sp.input_limit_parameter, levels)
+
+    # -- parameter access ------------------------------------------------------------------
+    def _get(self, name: str):
+        i, d = self.params[name]
+        return c.unpack_value(d, self.link.request(MsgType.GET_PAR, struct.pack("<H", i), f"GetPar {name}"))
+
+    def _set(self, name: str, value) -> None:
+        i, d = self.params[name]
+        self.link.request(MsgType.SET_PAR, struct.pack("<H", i) + c.pack_value(d, value), f"SetPar {name}")
+        self._queued += int(name != "diag_reset")
+
+    def set_block(self, name: str, values, offset: int = 0, chunk: int = 200) -> None:
+        """Stage f32 ``values`` of block parameter ``name`` from element ``offset`` (SetBlock
+        in chunks), then :meth:`commit` them."""
+        i, _ = self.params[name]
+        x = np.asarray(values, "<f4")
+        for k in range(0, x.size, chunk):
+            body = struct.pack("<HI", i, offset + k) + x[k:k + chunk].tobytes()
+            self.link.request(MsgType.SET_BLOCK, body, f"SetBlock {name}")
+
+    def commit(self, name: str, n: int) -> None:
+        i, _ = self.params[name]
+        self.link.request(MsgType.COMMIT, struct.pack("<HI", i, n), f"Commit {name}")
+        self._queued += 1
+
+    # -- protocol ----------------------------------------------------------------------------
+    def describe(self) -> RigDescription:
+        fw = self._get("firmware") if "firmware" in self.params else ""
+        exp = self._get("experiment") if "experiment" in self.params else ""
+        details = dict(host=self.spec.host, control_port=self.spec.control_port, firmware=fw, experiment=exp,
+                       harmonics=self.K, parameters=list(self.params), sources=list(self.sources),
+                       idn=f"HELIC-DAQ v{self.status.version} {exp} ({fw})",
+                       resource=f"{self.spec.host}:{self.spec.control_port}",
+                       counters=dict(self.counters))
+        return RigDescription(self.config.identity, "helic", self.actuators, self.fs, self.config.voltage_limit_v,
+                              self.config.sensors, details, self.spec.input_range_v)
+
+    @property
+    def elapsed_s(self) -> float:
+        return self._clock
+
+    def _coefficient_sets(self, V, orders) -> list[np.ndarray]:
+        if orders.max() > self.K:
+            raise InstrumentError(f"{self.name}: harmonic {orders.max()} beyond the device's K = {self.K}")
+        sets = []
+        for row in V:
+            x = np.zeros(1 + 2 * self.K)
+            for k, v in zip(orders, row):
+                if k == 0:
+                    x[0] = v.real
+                else:
+                    x[k], x[self.K + k] = v.real, -v.imag
+            sets.append(x.astype(np.float32))
+        return sets
+
+    def _check(self, sets) -> None:
+        """Never write a set whose peak bound (after f32 rounding) exceeds the limit."""
+        K = self.K
+        V = np.array([[x[0]] + list(x[1:K + 1] - 1j * x[K + 1:].astype(float)) for x in sets])
+        safety.check_demand(V, None, safety.Limits(self.spec.voltage_limits_v), self.name, self.actuators)
+
+    def set_demand(self, frequency_hz: float, voltage, orders, ramp_periods: float = 2.0) -> None:
+        self._open()
+        f, V, orders = safety.normalise_demand(frequency_hz, voltage, orders, len(self.actuators), ramp_periods)
+        if orders.max() * f >= self.fs / 2:
+            raise ValueError(f"harmonic {orders.max()} of {f:g} Hz lies above the Nyquist frequency {self.fs / 2:g} Hz")
+        sets = self._coefficient_sets(V, orders)
+        self._check(sets)
+        nonzero = any(np.any(x != 0) for x in sets)
+        if nonzero and not self._armed:
+            self._arm()
+        sp = self.spec
+        if sp.ramp_parameter:
+            self._set(sp.ramp_parameter, ramp_periods)
+        self._set(sp.frequency_parameter, f)
+        for (_, p), x in zip(sp.actuators, sets):
+            self._set(p, x)
+            self._written[p] = x
+        # the device ramps every demand write over ramp_periods (docs/helic.md); its clock moves on
+        self._freq = float(np.float32(f))
+        ramp_samples = round(float(np.float32(ramp_periods)) / self._freq * self.fs) if sp.ramp_parameter else 0
+        self._clock += ramp_samples / self.fs
+
+    def _arm(self) -> None:
+        """Arm before the first demand; refuse to run on a device that does not say armed.
+        Clamp/quiet bits of an earlier run are cleared first (``diag_reset``)."""
+        if "diag_reset" in self.params:
+            self._set("diag_reset", 1)  # also restarts the device's drop count
+            if "records_dropped" in self.params:
+                self.stream.dropped_seen = int(self._get("records_dropped"))
+        self._set("arm", 1)
+        bits = int(self._get("safety"))
+        if not bits & SAFETY_ARMED:
+            raise InstrumentError(f"{self.name}: refused to drive the outputs:"
+                                  f" the device does not report itself armed (safety = {bits})")
+        self._armed = True
+
+    def _stream(self, count: int, ids: bytes) -> Record:
+        self.link.request(MsgType.STREAM_SETUP, struct.pack("<HIB", 1, count, len(ids)) + ids)
+        self.stream.drain()
+        self.link.request(MsgType.STREAM_START, struct.pack("<H", self.stream.port))
+        rec = self.stream.collect(count, len(ids))
+        expect = None if self._epoch is None else (self._epoch + self._queued) % c.EPOCH_MODULUS
+        self._queued = 0
+        epochs = rec.values[:, -1].astype(np.int64)
+        self._epoch = int(epochs[0])
+        if rec.indices.size:
+            self._clock = (int(rec.indices[-1]) + 1) / self.fs
+        rec.stale = expect is not None and bool(np.any(epochs != expect)) or bool(np.any(epochs != epochs[0]))
+        return rec
+
+    def _samples(self, n_periods: int) -> tuple[Record, int]:
+        """A complete record of ``n_periods`` whole periods, retaken while incomplete or stale."""
+        if self._freq is None:
+            raise RuntimeError(f"{self.name}: set_demand() first (no frequency yet)")
+        N = int(round(n_periods * self.fs / self._freq))
+        for attempt in range(self.spec.retakes + 1):
+            rec = self._stream(N, self.source_ids)
+            self.counters["lost_datagrams"] += rec.lost
+            self.counters["dropped_records"] += rec.dropped
+            self.counters["stale_records"] += int(rec.stale)
+            self._watch_safety()
+            if rec.complete and not rec.stale and len(rec.values) == N:
+                return rec, N
+            if attempt < self.spec.retakes:
+                self.counters["retaken"] += 1
+        raise InstrumentError(f"{self.name}: {self.spec.retakes + 1} records in a row were incomplete or stale "
+                              f"({self.counters['lost_datagrams']} datagrams lost,"
+                              f" {self.counters['dropped_records']} records dropped)")
+
+    def _watch_safety(self) -> None:
+        bits = int(self._get("safety"))
+        if bits & (SAFETY_TRIP | SAFETY_CLAMP | SAFETY_QUIET):
+            what = ("tripped" if bits & SAFETY_TRIP else
+                    "clamped the output" if bits & SAFETY_CLAMP else "quieted the output")
+            self._armed = False
+            raise RigTrip(f"{self.name}: the device's safety gate {what} (safety = {bits}); outputs held at zero")
+
+    def _record(self, n_periods: int):
+        rec, _ = self._samples(int(n_periods))
+        t = self._times(rec)
+        data = {ch: rec.values[:, i].astype(float) * scale for i, (ch, _, scale) in enumerate(self.spec.channels)}
+        return t, data, safety.overrange_channels(data, self.spec.input_range_v)
+
+    def _times(self, rec: Record) -> np.ndarray:
+        """Sample times [s] in the demand time base from the master phase: the record's epoch
+        is constant (no command took effect inside it), so its phase is ``theta0 + k f / fs``
+        at sample ``k``; ``theta0`` is the least-squares fit of the unwrapped ``phase`` source
+        (each value within 2^-25 turn), checked sample by sample."""
+        phase = rec.values[:, -2].astype(float)
+        turns = phase + np.concatenate([[0.0], np.cumsum(np.diff(phase) < -0.5)])
+        k = (rec.indices - rec.indices[0]).astype(float)
+        step = self._freq / self.fs
+        theta0 = float(np.mean(turns - k * step))
+        worst = float(np.max(np.abs(turns - k * step - theta0)))
+        if worst > PHASE_TOLERANCE:
+            raise InstrumentError(
+                f"{self.name}: the phase source departs {worst:.3g} turn from {self._freq:g} Hz in a record")
+        return (theta0 + k * step) / self._freq
+
+    def acquire(self, n_periods: int) -> Acquisition:
+        self._open()
+        t, data, over = self._record(n_periods)
+        return Acquisition(t, data, self._freq, self.fs, int(n_periods), self._clock, over)
+
+    def acquire_coefficients(self, n_periods: int, orders, nuisance_hz=()) -> ChannelCoefficients:
+        """Harmonic coefficients and their variances, fitted on this host from the streamed
+        samples on the master phase (hbtest.harmonics.fit), raw channel volts."""
+        self._open()
+        t, data, over = self._record(n_periods)
+        names = list(data)
+        fit = harmonics.fit(t, np.stack([data[n] for n in names]), self._freq, orders, n_periods=int(n_periods),
+                            nuisance_hz=nuisance_hz)
+        return ChannelCoefficients({n: fit.coefficients[i] for i, n in enumerate(names)},
+                                   {n: fit.variance[i] for i, n in enumerate(names)}, np.asarray(orders), self._freq,
+                                   int(n_periods), self._clock, over, self._epoch)
+
+    def wait(self, n_periods: float) -> None:
+        self._open()
+        if self._freq is None:
+            raise RuntimeError(f"{self.name}: set_demand() first (no frequency yet)")
+        N = int(round(float(n_periods) * self.fs / self._freq))
+        if N > 0:
+            self._stream(N, self.epoch_id)
+            self._watch_safety()
+
+    def safe_state(self) -> None:
+        """Zero every coefficient set (ramped by the device where it ramps) and let it apply."""
+        self._open()
+        if self._freq is None or not any(np.any(x != 0) for x in self._written.values()):
+            return
+        for _, p in self.spec.actuators:
+            self._set(p, np.zeros(1 + 2 * self.K))
+            self._written[p] = np.zeros(1 + 2 * self.K, np.float32)
+        self._stream(int(round(safety.RAMP_DOWN_PERIODS * self.fs / self._freq)) + 1, self.epoch_id)
+
+    def close(self) -> None:
+        """Zero the coefficients and disarm, then close both sockets (the device disarms on
+        the closed connection too)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            for _, p in self.spec.actuators:
+                self._set(p, np.zeros(1 + 2 * self.K))
+            self._set("arm", 0)
+        finally:
+            self.link.close()
+            self.stream.close()
+
+    def _open(self) -> None:
+        if self._closed:
+            raise InstrumentError(f"{self.name} is closed")
+
+    def __enter__(self) -> HelicRig:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,521 @@
+"""The virtual twin served as a HELIC-DAQ protocol v3 device (``hbtest serve --protocol
+helic``; docs/helic.md). Written from the v3 specification (HELIC-DAQ docs/protocol.md),
+cited here by section name.
+
+The served experiment ``hbtest-twin`` has two Fourier-driven outputs (the twin's actuators)
+and the twin's four inputs. :class:`HelicDevice` is its state machine (no sockets): one
+request payload in, one response payload out. :class:`HelicServer` serves it: control on a
+TCP port (one client at a time, "Control channel"), the stream from the UDP port next to it
+to the host's port ("Stream channel"); loopback unless told otherwise.
+
+Parameters (registry order; the base-registry names keep their v3 meaning): ``firmware``,
+``experiment``, ``sample_freq`` [Hz], ``ticks``, ``records_dropped``, ``freq`` [Hz] (master
+Fourier frequency), ``forcing_coeffs`` / ``forcing2_coeffs`` (outputs 1 and 2, [V],
+``[mean, a1..aK, b1..bK]`` for ``mean + sum a_k cos k theta + b_k sin k theta``, K = 16),
+``ramp_periods`` (this experiment's slew: a change of frequency or coefficients ramps over that
+many periods, raised cosine, phase continuous), ``input_limit`` [V] (per input, |raw volts|
+beyond which the safety gate trips; 0 = off), ``output_limit`` [V] (peak per output; a larger
+coefficient set is clamped), ``table``/``table_len`` (staged block storage; the twin does not
+play it), ``arm``, ``safety`` (bit0 armed, bit1 latched trip, bit2 clamped, bit3 quieted),
+``diag_reset``. Sources: the twin's channels [V], ``phase`` [turn], ``cmd_epoch`` [count].
+
+Time: the twin's clock runs only while a count-limited stream runs (``StreamSetup`` count >
+0): ``StreamStart`` applies the queued commands at the next sample boundary (``cmd_epoch``
+advances by their number; a ramp they start completes before the first streamed record, the
+sample indices show the gap), then simulates ``count x decimation`` samples and sends them.
+So a sweep runs as fast as the twin and a host that streams whole periods gets exactly the
+samples the in-process twin gives. Continuous streaming (count 0) is not served (bad value).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ... import __version__
+from .. import safety
+from . import codec as c
+from .codec import CodecError, ErrorCode, MsgType, ParamDef
+
+__all__ = ["EXPERIMENT", "HARMONICS", "POLL_S", "Faults", "HelicDevice", "HelicServer"]
+
+HARMONICS = 16
+EXPERIMENT = "hbtest-twin"
+TABLE_CAPACITY = 4096
+POLL_S = 0.05
+PACE_AFTER = 64  # datagrams of a stream sent back to back (~100 kB: within Linux's default receive buffer)
+PACE_PACKETS = 16  # beyond those, a short pause every so many datagrams (the host drains meanwhile)
+PACE_S = 0.0005
+NC = 1 + 2 * HARMONICS
+ARM_KEY = "arm"
+
+
+@dataclass
+class Faults:
+    """Test hooks of the served twin (set by tests, never from the wire): in the next stream
+    that carries an input channel,
+    do not send datagram number ``lose_packet`` (0-based; its sequence number is skipped), and
+    lose ``ring_drops`` records after the first datagram before packetisation (they are counted
+    in ``dropped`` and ``records_dropped``)."""
+
+    lose_packet: int | None = None
+    ring_drops: int = 0
+
+
+@dataclass
+class _Param:
+    d: ParamDef
+    value: object
+    rt: bool = False  # a write enters the RT command queue (advances cmd_epoch)
+
+
+@dataclass
+class _Stream:
+    decimation: int = 1
+    count: int = 0
+    sources: tuple = ()
+    configured: bool = False
+
+
+@dataclass
+class _Gate:
+    armed: bool = False
+    tripped: bool = False
+    clamped: bool = False
+    quieted: bool = False
+    reason: str = ""
+
+    def bits(self) -> int:
+        return int(self.armed) | int(self.tripped) << 1 | int(self.clamped) << 2 | int(self.quieted) << 3
+
+
+class HelicDevice:
+    """The ``hbtest-twin`` experiment over the twin of ``rig_config`` (kind "virtual").
+    :meth:`handle` answers one request; :meth:`stream` produces the datagrams of a started
+    stream; :meth:`disconnected` applies the connection-loss rule (disarm)."""
+
+    def __init__(self, rig_config, seed: int | None = None, on_event=None):
+        from ..virtual import VirtualRig
+
+        self.twin = VirtualRig(rig_config, seed=seed)
+        desc = self.twin.describe()
+        self.channels = tuple(c_.name for c_ in rig_config.sensors.channels)
+        self.fs = float(desc.sample_rate_hz)
+        self.max_voltage = float(desc.voltage_limit_v)
+        self.on_event = on_event or (lambda kind, message: None)
+        self.faults = Faults()
+        self.gate = _Gate()
+        self.epoch = 0
+        self.pending = 0
+        self.dropped = 0
+        self.stream_cfg = _Stream()
+        self.started = time.monotonic()
+        self._applied = None  # (f, V, orders) last given to the twin
+        self._staged = np.zeros(TABLE_CAPACITY, np.float32)
+        self.params = self._registry(rig_config)
+        self.index = {p.d.name: i for i, p in enumerate(self.params)}
+        self.sources = [(ch, "V") for ch in self.channels] + [("phase", "turn"), ("cmd_epoch", "count")]
+
+    def _registry(self, rig_config) -> list[_Param]:
+        fw = f"{__version__} twin"[:16]
+        P = ParamDef
+        return [
+            _Param(P("firmware", "c", 16, False), fw),
+            _Param(P("experiment", "c", 16, False), EXPERIMENT),
+            _Param(P("sample_freq", "f", 1, False), self.fs),
+            _Param(P("ticks", "I", 1, False), 0),
+            _Param(P("records_dropped", "I", 1, False), 0),
+            _Param(P("freq", "f", 1, True), 10.0, True),
+            _Param(P("forcing_coeffs", "f", NC, True), np.zeros(NC), True),
+            _Param(P("forcing2_coeffs", "f", NC, True), np.zeros(NC), True),
+            _Param(P("ramp_periods", "f", 1, True), 2.0, True),
+            _Param(P("input_limit", "f", len(self.channels), True), np.zeros(len(self.channels)), True),
+            _Param(P("output_limit", "f", 1, True), self.max_voltage, True),
+            _Param(P("table", "f", TABLE_CAPACITY, True), None),
+            _Param(P("table_len", "H", 1, False), 0),
+            _Param(P(ARM_KEY, "I", 1, True), 0, True),
+            _Param(P("safety", "I", 1, False), 0),
+            _Param(P("diag_reset", "I", 1, True), 0),
+        ]
+
+    # -- requests ---------------------------------------------------------------------------
+    def handle(self, msg_type: int, payload: bytes) -> tuple[int, bytes]:
+        """``(response type, response payload)``; an error frame for any refused request."""
+        handlers = {MsgType.GET_PARAMS: self._get_params, MsgType.GET_SOURCES: self._get_sources,
+                    MsgType.GET_PAR: self._get_par, MsgType.SET_PAR: self._set_par, MsgType.SET_BLOCK: self._set_block,
+                    MsgType.COMMIT: self._commit, MsgType.STREAM_SETUP: self._stream_setup,
+                    MsgType.STREAM_STOP: lambda p: b"", MsgType.STATUS: self._status}
+        h = handlers.get(msg_type)
+        if h is None:
+            return MsgType.ERROR, c.encode_error(ErrorCode.UNKNOWN_TYPE, msg_type)
+        try:
+            return msg_type, h(payload)
+        except CodecError as e:
+            return MsgType.ERROR, c.encode_error(e.code, msg_type)
+
+    def _status(self, p: bytes) -> bytes:
+        self._length(p, 0)
+        up = int((time.monotonic() - self.started) * 1000)
+        return c.Status(c.VERSION, len(self.params), len(self.sources), self.fs, up).encode()
+
+    @staticmethod
+    def _length(p: bytes, n: int) -> None:
+        if len(p) != n:
+            raise CodecError(f"payload of {len(p)} bytes, needs {n}", ErrorCode.BAD_LENGTH)
+
+    def _get_params(self, p: bytes) -> bytes:
+        self._length(p, 2)
+        (start,) = struct.unpack("<H", p)
+        return c.encode_param_page([q.d for q in self.params], start)
+
+    def _get_sources(self, p: bytes) -> bytes:
+        self._length(p, 0)
+        return c.encode_sources(self.sources)
+
+    def _param(self, i: int) -> _Param:
+        if not 0 <= i < len(self.params):
+            raise CodecError(f"no parameter {i}", ErrorCode.BAD_INDEX)
+        return self.params[i]
+
+    def _read(self, q: _Param):
+        name = q.d.name
+        if name == "ticks":
+            return int(round(self.twin.elapsed_s * self.fs)) & 0xFFFFFFFF
+        if name == "safety":
+            return self.gate.bits()
+        if name == ARM_KEY:
+            return int(self.gate.armed)
+        if name == "records_dropped":
+            return self.dropped
+        return q.value
+
+    def _get_par(self, p: bytes) -> bytes:
+        if not p or len(p) % 2:
+            raise CodecError("GetPar needs u16 indices", ErrorCode.BAD_LENGTH)
+        out = b""
+        for (i,) in struct.iter_unpack("<H", p):
+            q = self._param(i)
+            if q.value is None:  # block storage: too large for GetPar
+                raise CodecError(f"{q.d.name} is block storage", ErrorCode.BAD_LENGTH)
+            out += c.pack_value(q.d, self._read(q))
+        if len(out) > c.MAX_PAYLOAD:
+            raise CodecError("reply longer than a frame", ErrorCode.BAD_LENGTH)
+        return out
+
+    def _set_par(self, p: bytes) -> bytes:
+        if len(p) < 2:
+            raise CodecError("SetPar needs an index", ErrorCode.BAD_LENGTH)
+        (i,) = struct.unpack_from("<H", p)
+        q = self._param(i)
+        if not q.d.writable or q.value is None:
+            raise CodecError(f"{q.d.name} is read-only", ErrorCode.READ_ONLY)
+        self._length(p[2:], q.d.size)
+        value = c.unpack_value(q.d, p[2:])
+        self._validate(q.d.name, value)
+        if q.d.name == "diag_reset":
+            if value:
+                self.gate.clamped = self.gate.quieted = False
+                self.dropped = 0
+            return b""
+        if q.d.name == ARM_KEY:
+            self._arm(bool(value))
+        q.value = value
+        self.pending += int(q.rt)
+        return b""
+
+    def _validate(self, name: str, value) -> None:
+        arr = np.atleast_1d(np.asarray(value, dtype=float))
+        bad = (name == "freq" and not 0 < arr[0] < self.fs / 2) \
+            or (name == "ramp_periods" and not 0 <= arr[0] <= 1000) \
+            or (name in ("input_limit", "output_limit") and np.any(arr < 0)) \
+            or (name == ARM_KEY and arr[0] not in (0, 1))
+        if bad:
+            raise CodecError(f"bad value for {name}", ErrorCode.BAD_VALUE)
+
+    def _arm(self, on: bool) -> None:
+        if on:
+            self.gate.tripped, self.gate.reason = False, ""  # arming clears a stale trip
+        self.gate.armed = on
+
+    def _set_block(self, p: bytes) -> bytes:
+        if len(p) < 6 or (len(p) - 6) % 4:
+            raise CodecError("SetBlock needs index, offset and whole f32 values", ErrorCode.BAD_LENGTH)
+        i, off = struct.unpack_from("<HI", p)
+        if self._param(i).d.name != "table":
+            raise CodecError("only table takes blocks", ErrorCode.BAD_INDEX)
+        vals = np.frombuffer(p[6:], "<f4")
+        if off + vals.size > TABLE_CAPACITY or not np.all(np.isfinite(vals)):
+            raise CodecError("block beyond the table or not finite", ErrorCode.BAD_VALUE)
+        self._staged[off:off + vals.size] = vals
+        return b""
+
+    def _commit(self, p: bytes) -> bytes:
+        self._length(p, 6)
+        i, n = struct.unpack("<HI", p)
+        if self._param(i).d.name != "table":
+            raise CodecError("only table commits", ErrorCode.BAD_INDEX)
+        if not 2 <= n <= TABLE_CAPACITY:
+            raise CodecError("a table commit takes 2..4096 values", ErrorCode.BAD_VALUE)
+        self.params[self.index["table_len"]].value = n
+        self.pending += 1  # a table commit enters the RT queue
+        return b""
+
+    def _stream_setup(self, p: bytes) -> bytes:
+        if len(p) < 7:
+            raise CodecError("StreamSetup payload too short", ErrorCode.BAD_LENGTH)
+        dec, count, n = struct.unpack_from("<HIB", p)
+        self._length(p[7:], n)
+        ids = tuple(p[7:])
+        if dec < 1 or n < 1 or any(s >= len(self.sources) for s in ids) or count == 0:
+            raise CodecError("StreamSetup: decimation >= 1, sources known, count > 0 (this twin)", ErrorCode.BAD_VALUE)
+        self.stream_cfg = _Stream(dec, count, ids, True)
+        return b""
+
+    def value(self, name: str):
+        return self.params[self.index[name]].value
+
+    # -- the RT side --------------------------------------------------------------------------
+    def _demand(self):
+        """The effective demand ``(f, V (2, n), orders)`` after the safety gate."""
+        f = float(self.value("freq"))
+        V = np.stack([_complex(self.value("forcing_coeffs")), _complex(self.value("forcing2_coeffs"))])
+        limit = float(self.value("output_limit"))
+        peak = safety.peak_bound(V)
+        self.gate.clamped |= bool(np.any(peak > limit * (1 + safety.LIMIT_TOLERANCE)))
+        V = V * np.minimum(1.0, limit / np.maximum(peak, 1e-300))[:, None]
+        if np.any(V != 0) and not (self.gate.armed and not self.gate.tripped):
+            self.gate.quieted = True
+            V = np.zeros_like(V)
+        used = np.flatnonzero(np.any(V != 0, axis=0))
+        orders = np.union1d(used, [1])  # the twin's orders: those in use, and the fundamental
+        return f, V[:, orders], orders
+
+    def apply_pending(self) -> None:
+        """Apply the queued commands at this sample boundary: the epoch advances by their
+        number and the demand they set reaches the twin, ramped over ``ramp_periods`` (as
+        every demand write of the host is: rig time passes even for an unchanged demand)."""
+        if self.pending == 0 and self._applied is not None:
+            return
+        self.epoch = (self.epoch + self.pending) % c.EPOCH_MODULUS
+        self.pending = 0
+        f, V, orders = self._demand()
+        self.twin.set_demand(f, V, orders, float(self.value("ramp_periods")))
+        self._applied = (f, V, orders)
+
+    def _quiet(self) -> None:
+        """Outputs to zero (ramp), as the gate does on a trip, a disarm or a lost connection."""
+        if self._applied is not None and np.any(self._applied[1] != 0):
+            f, V, orders = self._applied
+            self.twin.set_demand(f, np.zeros_like(V), orders, safety.RAMP_DOWN_PERIODS)
+            self._applied = (f, np.zeros_like(V), orders)
+
+    def disconnected(self) -> None:
+        """Control connection lost: disarm, outputs quiet, stream stops ("Parameter discovery")."""
+        self.gate.armed = False
+        self.params[self.index[ARM_KEY]].value = 0
+        self.stream_cfg = _Stream()
+        self._quiet()
+        self.pending = 0
+
+    def stream(self):
+        """The datagrams of the configured count-limited stream (a generator of bytes)."""
+        self.apply_pending()
+        cfg = self.stream_cfg
+        n = cfg.count * cfg.decimation
+        first = int(round(self.twin.elapsed_s * self.fs))
+        names = [self.sources[s][0] for s in cfg.sources]
+        values = self._simulate(n, names)[::cfg.decimation]
+        idx = first + cfg.decimation * np.arange(cfg.count, dtype=np.int64)
+        faults = Faults()
+        if any(x in self.channels for x in names):
+            faults, self.faults = self.faults, Faults()
+        yield from self._packets(values, idx, cfg.decimation, faults)
+
+    def _simulate(self, n: int, names) -> np.ndarray:
+        """(n, len(names)) f32 values of the next ``n`` samples; checks the input limits."""
+        if not any(x != "cmd_epoch" for x in names):
+            self.twin.wait(n * float(self.value("freq")) / self.fs)
+            return np.full((n, len(names)), self.epoch, np.float32)
+        acq = self.twin.acquire_samples(n)
+        cols = {ch: acq.data[ch] for ch in self.channels}
+        cols["phase"] = np.float32(np.mod(acq.frequency_hz * acq.t, 1.0) * 2.0**32 // 1 / 2.0**32)
+        cols["cmd_epoch"] = np.full(n, self.epoch, float)
+        self._check_inputs(cols)
+        return np.stack([np.asarray(cols[x], np.float32) for x in names], axis=1)
+
+    def _check_inputs(self, cols) -> None:
+        lim = np.asarray(self.value("input_limit"), float)
+        for ch, L in zip(self.channels, lim):
+            if L > 0 and np.max(np.abs(cols[ch])) > L:
+                if not self.gate.tripped:
+                    self.on_event("trip", f"input {ch} beyond {L:g} V: trip, outputs quiet")
+                self.gate.tripped, self.gate.reason = True, f"input {ch} beyond {L:g} V"
+                self.gate.armed = False
+                self._quiet()
+                return
+
+    def _packets(self, values, idx, dec, faults):
+        per = c.records_per_packet(values.shape[1])
+        raw = np.ascontiguousarray(values, dtype="<f4")
+        seq, i = 0, 0
+        while i < len(raw):
+            if seq == 1 and faults.ring_drops:
+                self.dropped += faults.ring_drops
+                i += faults.ring_drops
+                faults.ring_drops = 0
+                continue
+            chunk = raw[i:i + per]
+            if seq != faults.lose_packet:
+                yield c.packet_header(seq, int(idx[i]), self.dropped, dec, chunk.shape) + chunk.tobytes()
+            i += per
+            seq += 1
+
+
+def _complex(coeffs) -> np.ndarray:
+    """[mean, a1..aK, b1..bK] -> complex (K + 1,) in the hbtest.harmonics convention
+    (V_k = a_k - i b_k, DC real)."""
+    x = np.asarray(coeffs, float)
+    K = (x.size - 1) // 2
+    return np.concatenate([[x[0]], x[1:K + 1] - 1j * x[K + 1:]])
+
+
+class HelicServer:
+    """Serves a :class:`HelicDevice`: TCP control on ``port`` (0: a free port whose next port
+    is free for UDP too), the stream from UDP ``port + 1``. One client at a time (a direct
+    endpoint, "Control channel"); others wait in the listen queue. ``start()`` binds and serves
+    in a background thread; ``stop()`` quiets the outputs and closes every socket."""
+
+    def __init__(self, rig_config, *, host: str = "127.0.0.1", port: int = 2350, seed: int | None = None,
+                 on_event=None):
+        self.on_event = on_event or (lambda kind, message: None)
+        self.device = HelicDevice(rig_config, seed=seed, on_event=self.on_event)
+        self.host, self.port = host, int(port)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._tcp: socket.socket | None = None
+        self._udp: socket.socket | None = None
+        self._conn: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def stream_port(self) -> int:
+        return self.port + 1
+
+    def _bind(self, port: int):
+        t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            t.bind((self.host, port))
+            u.bind((self.host, t.getsockname()[1] + 1))
+        except OSError:
+            t.close()
+            u.close()
+            raise
+        return t, u
+
+    def start(self) -> tuple[str, int]:
+        for attempt in range(50 if self.port == 0 else 1):
+            try:
+                t, u = self._bind(self.port)
+                break
+            except OSError:
+                if attempt == (49 if self.port == 0 else 0):
+                    raise
+        t.listen(4)
+        t.settimeout(POLL_S)
+        self._tcp, self._udp = t, u
+        self.host, self.port = t.getsockname()[:2]
+        self._thread = threading.Thread(target=self._serve, name="helic-control", daemon=True)
+        self._thread.start()
+        return self.host, self.port
+
+    def __enter__(self) -> HelicServer:
+        if self._tcp is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        for s in (self._tcp, self._udp):
+            if s is not None:
+                s.close()
+        with self._lock:
+            self.device.disconnected()
+        self.on_event("stopped", "stopped: outputs quiet, sockets closed")
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, addr = self._tcp.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.on_event("connected", f"host {addr[0]}:{addr[1]} connected")
+            try:
+                self._session(conn, addr[0])
+            except OSError:
+                pass
+            finally:
+                conn.close()
+                with self._lock:
+                    self.device.disconnected()
+                self.on_event("disconnected", f"host {addr[0]}:{addr[1]} disconnected: disarmed")
+
+    def _session(self, conn: socket.socket, peer: str) -> None:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.settimeout(POLL_S)
+        reader = c.FrameReader()
+        while not self._stop.is_set():
+            try:
+                frame = reader.next()
+            except CodecError:
+                return  # bad framing drops the connection
+            if frame is None:
+                try:
+                    chunk = conn.recv(1 << 16)
+                except TimeoutError:
+                    continue
+                if not chunk:
+                    return
+                reader.feed(chunk)
+                continue
+            msg_type, seq, payload = frame
+            self._answer(conn, peer, msg_type, seq, payload)
+
+    def _answer(self, conn, peer: str, msg_type: int, seq: int, payload: bytes) -> None:
+        with self._lock:
+            if msg_type == MsgType.STREAM_START:
+                if len(payload) != 2:
+                    conn.sendall(c.encode_frame(MsgType.ERROR, seq, c.encode_error(ErrorCode.BAD_LENGTH, msg_type)))
+                    return
+                if not self.device.stream_cfg.configured:
+                    conn.sendall(c.encode_frame(MsgType.ERROR, seq, c.encode_error(ErrorCode.BAD_VALUE, msg_type)))
+                    return
+                conn.sendall(c.encode_frame(msg_type, seq))
+                self._send_stream((peer, struct.unpack("<H", payload)[0]))
+                return
+            rtype, body = self.device.handle(msg_type, payload)
+        conn.sendall(c.encode_frame(rtype, seq, body))
+
+    def _send_stream(self, dest) -> None:
+        for k, datagram in enumerate(self.device.stream()):
+            if k >= PACE_AFTER and k % PACE_PACKETS == 0:
+                time.sleep(PACE_S)
+            try:
+                self._udp.sendto(datagram, dest)
+            except OSError:
+                pass  # UDP is best effort: the host sees the gap

@@ -1,0 +1,105 @@
+"""The helic rig against the served twin over loopback, request by request: the records are
+the in-process twin's (bit for bit, for the f32 demand the device holds); discovery and error
+frames give one line naming the device; limits are enforced before anything is written; the
+device disarms when the host goes away."""
+
+import re
+
+import numpy as np
+import pytest
+from test_helic_sweep import TWIN, _rig_copy
+
+from hbtest.config import load_rig
+from hbtest.errors import InstrumentError, LimitExceeded
+from hbtest.rig import open_rig
+from hbtest.rig.helic import codec as c
+from hbtest.rig.helic.server import HelicServer
+from hbtest.rig.virtual import VirtualRig
+
+
+@pytest.fixture
+def served(tmp_path):
+    with HelicServer(load_rig(TWIN), port=0) as srv:
+        yield srv, _rig_copy(tmp_path, srv.port)
+
+
+def test_records_are_the_in_process_twins_for_the_f32_demand(served):
+    srv, path = served
+    V = np.array([[1.0 - 0.5j], [0.4 + 0.1j]])
+    V32 = V.real.astype(np.float32) + 1j * V.imag.astype(np.float32)
+    twin = VirtualRig(load_rig(TWIN))
+    with open_rig(load_rig(path)) as rig:
+        rig.set_demand(16.5, V, [1])
+        twin.set_demand(16.5, V32, [1])
+        rig.wait(3)
+        twin.wait(3)
+        a, b = rig.acquire(30), twin.acquire(30)
+        assert rig.elapsed_s == pytest.approx(twin.elapsed_s, abs=1e-12)
+    for k in a.data:
+        np.testing.assert_array_equal(a.data[k], b.data[k].astype(np.float32))
+    np.testing.assert_allclose(a.t, b.t, rtol=0, atol=1e-10)
+
+
+def test_an_error_frame_is_one_line_naming_the_device_and_the_error(served):
+    srv, path = served
+    with open_rig(load_rig(path)) as rig:
+        with pytest.raises(InstrumentError) as e:
+            rig._set("sample_freq", 1.0)
+        assert str(e.value) == f"{rig.name}: SetPar sample_freq refused: error 5 (read-only)"
+        with pytest.raises(InstrumentError, match="SetPar freq refused: error 6 \\(bad value\\)"):
+            rig._set("freq", 1e6)
+
+
+def test_a_missing_parameter_names_it(tmp_path, served):
+    srv, path = served
+    path.write_text(path.read_text().replace('rotational = "forcing2_coeffs"', 'rotational = "forcing3_coeffs"'))
+    with pytest.raises(InstrumentError, match="has no parameter 'forcing3_coeffs'"):
+        open_rig(load_rig(path))
+
+
+def test_no_coefficient_set_beyond_the_limit_is_written(served):
+    srv, path = served
+    with open_rig(load_rig(path)) as rig:
+        before = srv.device.value("forcing_coeffs").copy()
+        with pytest.raises(LimitExceeded):
+            rig.set_demand(17.0, np.array([[3.0 + 4.1j], [0.0]]), [1])
+        np.testing.assert_array_equal(srv.device.value("forcing_coeffs"), before)
+        assert srv.device.pending == 0 and not srv.device.gate.armed
+
+
+def test_the_device_disarms_and_quiets_when_the_host_goes_away(served):
+    srv, path = served
+    rig = open_rig(load_rig(path))
+    rig.set_demand(17.0, np.array([[0.5], [0.2]]), [1])
+    rig.acquire(2)
+    assert srv.device.gate.armed and np.any(srv.device.twin.demand.voltage != 0)
+    rig.link.sock.close()  # the host vanishes without a word
+    rig.stream.close()
+    for _ in range(100):
+        if not srv.device.gate.armed:
+            break
+        import time
+
+        time.sleep(0.02)
+    assert not srv.device.gate.armed and not np.any(srv.device.twin.demand.voltage != 0)
+
+
+def test_discovery_pages_match_status(served):
+    srv, path = served
+    with open_rig(load_rig(path)) as rig:
+        assert len(rig.params) == rig.status.n_params and len(rig.sources) == rig.status.n_sources
+        assert rig.K == 16 and rig.status.version == c.VERSION
+        assert list(rig.sources)[-2:] == ["phase", "cmd_epoch"]
+
+
+def test_rig_check_identifies_the_device_and_leaves_it_disarmed(served, capsys):
+    from hbtest.cli import main
+
+    srv, path = served
+    assert main(["rig", "check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "instrument: HELIC-DAQ v3 hbtest-twin" in out and "kind helic" in out
+    assert "forcing_coeffs" in out and "sources: l1, l2, g1, g2, phase, cmd_epoch" in out
+    for ch in ("l1", "l2", "g1", "g2"):
+        assert re.search(rf"^\s+{ch}\s", out, re.M)
+    assert not srv.device.gate.armed and srv.device.value("arm") == 0
