@@ -78,6 +78,11 @@ CANDIDATE_SPAN = 3.0
 CANDIDATES = 121
 #: half-power bandwidths around a non-converged point where no candidate is taken
 FAILED_EXCLUSION = 0.1
+#: the accuracy (``test.accuracy``) a modal design point must reach after the bracket, as a
+#: share of the sweep's: a point pays its settling and iterations once, so averaging longer at
+#: the informative frequencies costs fewer rig periods per unit of information than more points
+#: (the A-optimal step predicts the point's noise with the same share)
+DESIGN_ACCURACY_SHARE = 0.5
 #: curve: grid over the band on which the model's uncertainty is evaluated
 CURVE_GRID = 401
 #: curve: smallest distance of a new point from a measured one, as a share of the band
@@ -253,6 +258,7 @@ class Estimate:
     modal_constant: float
     half_widths: np.ndarray
     source: str
+    modes: tuple = ()  # the hbtest modal fit behind it (hbtest.modal.ModeFit), when it is one
 
     def reached(self, target) -> bool:
         want = _wanted(target)
@@ -284,7 +290,7 @@ def modal_estimate(ds, target, near_hz: float) -> Estimate | None:
 
     hw = np.array([rel(m.frequency_hz, m.frequency_hz_ci), rel(m.damping_ratio, m.damping_ratio_ci),
                    rel(m.modal_constant, m.modal_constant_ci)])
-    return Estimate(m.frequency_hz, m.damping_ratio, m.modal_constant, hw, f"hbtest modal fit of {m.n_points} points")
+    return Estimate(m.frequency_hz, m.damping_ratio, m.modal_constant, hw, f"hbtest modal fit of {m.n_points} points", tuple(modes))
 
 
 def _z(confidence: float) -> float:
@@ -335,7 +341,7 @@ def _a_optimal(fit: ModelFit, pts: DesignPoints, target, allowed) -> tuple[float
     A0 = _real_rows(fit.jacobian(pts.f[good]), pts.u[good])
     info = A0.T @ A0
     now = _half_widths(fit, np.linalg.pinv(info), z)
-    r = _noise_ratio(pts)
+    r = _noise_ratio(pts) * DESIGN_ACCURACY_SHARE
     fc = fit.fn * (1 + np.linspace(-CANDIDATE_SPAN, CANDIDATE_SPAN, CANDIDATES) * fit.zeta)
     best, score, hw_best = None, np.inf, now
     for f in fc:
@@ -351,7 +357,8 @@ def _a_optimal(fit: ModelFit, pts: DesignPoints, target, allowed) -> tuple[float
     names = np.array(["f_n", "zeta", "|A|"])[asked]
     change = ", ".join(f"{n} {a:.2e}->{b:.2e}" for n, a, b in zip(names, now[asked], hw_best[asked]))
     x = (best / fit.fn - 1) / fit.zeta
-    return best, f"A-optimal at {x:+.2f} half-power bandwidths from f_n {fit.fn:.4f} Hz: predicted half-widths {change}"
+    return best, (f"A-optimal at {x:+.2f} half-power bandwidths from f_n {fit.fn:.4f} Hz, accuracy x{DESIGN_ACCURACY_SHARE:g}:"
+                  f" predicted half-widths {change}")
 
 
 def next_modal(pts: DesignPoints, prior, est: Estimate | None, target, allowed) -> tuple[float | None, str]:
@@ -504,14 +511,12 @@ def _start_carry(store, orders, f: float):
     from . import harmonics
     from .point import Carry
 
-    done = np.flatnonzero(store.done())
-    if not done.size:
+    ds = store.dataset()
+    conv = np.flatnonzero(np.asarray(ds["done"].values, bool) & np.asarray(ds["converged"].values, bool))
+    if not conv.size:
         return Carry()
-    conv = [i for i in done if store.read_point(int(i)).converged]
-    if not conv:
-        return Carry()
-    j = min(conv, key=lambda i: abs(store.frequencies_hz[i] - f))
-    return Carry(start_V=harmonics.pack(store.read_point(int(j)).voltage, orders).reshape(-1))
+    j = int(conv[np.argmin(np.abs(np.asarray(ds["frequency"].values)[conv] - f))])
+    return Carry(start_V=harmonics.pack(store.read_point(j).voltage, orders).reshape(-1))
 
 
 def run_design(cfg, store, loop, write, say):
@@ -523,7 +528,7 @@ def run_design(cfg, store, loop, write, say):
     if store.attrs.get("design_finished"):
         return None
     prior = prediction(cfg)
-    carry = None
+    carry, base = None, loop.s
     while True:
         f, why, est = _decide(cfg, store, prior, loop.layout)
         done = store.done()
@@ -532,27 +537,34 @@ def run_design(cfg, store, loop, write, say):
         if f is None:
             store.set_attrs(design_finished=why)
             say(Notice(f"{cfg.sweep.strategy} design finished: {why}" + (f"; {est.text()}" if est is not None and est.text() not in why else "")))
-            _write_fit(cfg, store)
+            if est is not None and est.modes:
+                _write_fit(cfg, store, est.modes)
             return None
         i = int(np.argmin(done))
         carry = carry if carry is not None else _start_carry(store, np.asarray(cfg.sweep.harmonics), f)
         carry.solutions.sort(key=lambda s: -abs(s[0] - f))  # the nearest solution last: the profile starts from it
+        loop.s = _point_settings(cfg, base, why)
         say(Notice(f"{cfg.sweep.strategy} design, slot {i}: {f:.4f} Hz — {why}"))
+        store.write_design(i, reason=why)  # before the point: a slot not done is redecided on resume
         out = loop.run(f, carry)
         stop = write(i, out, int(done.sum()) + 1, store.n_points)
-        store.write_design(i, reason=why)
         if stop:
             return stop
 
 
-def _write_fit(cfg, store) -> None:
-    """The ``modal_fit`` attribute of a finished modal design (as ``hbtest modal`` writes it)."""
-    from .modal import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED, fit_modes, modal_fit_attribute
+def _point_settings(cfg, base, why: str):
+    """The point settings of a design point: an A-optimal modal point at
+    :data:`DESIGN_ACCURACY_SHARE` of the sweep's accuracy, every other as the sweep says."""
+    from dataclasses import replace
 
-    t = cfg.sweep.target
-    try:
-        modes = fit_modes(store.dataset(), t.dof, confidence=t.confidence)
-    except ValueError:
-        return
-    store.set_attrs(modal_fit=modal_fit_attribute(modes, harmonic=1, samples=BOOTSTRAP_SAMPLES, seed=BOOTSTRAP_SEED,
-                                                  confidence=t.confidence))
+    if cfg.sweep.strategy == "modal" and why.startswith("A-optimal") and base.accuracy > 0:
+        return replace(base, accuracy=base.accuracy * DESIGN_ACCURACY_SHARE)
+    return base
+
+
+def _write_fit(cfg, store, modes) -> None:
+    """The ``modal_fit`` attribute of a finished modal design (as ``hbtest modal`` writes it)."""
+    from .modal import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED, modal_fit_attribute
+
+    store.set_attrs(modal_fit=modal_fit_attribute(list(modes), harmonic=1, samples=BOOTSTRAP_SAMPLES, seed=BOOTSTRAP_SEED,
+                                                  confidence=cfg.sweep.target.confidence))
