@@ -27,7 +27,7 @@ Nothing here is tuned to the twin's noise: the targets come from the uniform run
 seed, the rig file is the sweep's (``--set`` passes overrides to every run, e.g.
 ``--set "rig_set=['virtual.mains.amplitude_microstrain=0.0']"``).
 
-    python benchmarks/rig_time_modal.py [--sweeps FILE ...] [--seeds 1 2 3 4] [--out DIR] [--set KEY=VALUE ...]
+    python benchmarks/rig_time_modal.py [--sweeps FILE ...] [--seeds 1 2 3 4] [--out DIR] [--reuse-uniform] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -55,8 +55,16 @@ from hbtest.sweep import run  # noqa: E402
 DENSE = 601
 
 
-def sweep(path, overrides, store, seed):
+def sweep(path, overrides, store, seed, reuse=False):
+    """(cfg, dataset) of one run into ``store``; ``reuse``: a completed store already there is
+    taken as it is (the uniform runs do not depend on the strategies' code)."""
     cfg = load_sweep(path, overrides)
+    if reuse and Path(store).exists():
+        from hbtest.store import open_run
+
+        ds = open_run(store)
+        if ds.attrs.get("status") == "completed" and int(ds.attrs.get("seed", -1)) == seed:
+            return cfg, ds
     return cfg, run(cfg, store, overwrite=True, seed=seed, plot=False, overrides=overrides)
 
 
@@ -109,12 +117,12 @@ def curve_errors(cfg, ds_uniform, ds_curve):
     return at_points, lines, float(np.max(np.abs(model.value(grid) - H_ex) / np.abs(H_ex)))
 
 
-def one(path, seed, out, extra, accuracy):
+def one(path, seed, out, extra, accuracy, reuse=False):
     name = Path(path).stem
-    cfg, ds_u = sweep(path, extra, out / f"{name}-s{seed}-uniform.zarr", seed)
+    cfg, ds_u = sweep(path, extra, out / f"{name}-s{seed}-uniform.zarr", seed, reuse)
     fn_p, _ = prediction(cfg)
     u = modal_result(ds_u, fn_p)
-    ask = [f"sweep.strategy=modal", "sweep.max_points=60", f"sweep.target.frequency_ci_rel={u['hw'][0]:.6g}",
+    ask = ["sweep.strategy=modal", "sweep.max_points=60", f"sweep.target.frequency_ci_rel={u['hw'][0]:.6g}",
            f"sweep.target.damping_ci_rel={u['hw'][1]:.6g}", f"sweep.target.modal_constant_ci_rel={u['hw'][2]:.6g}"]
     _, ds_m = sweep(path, extra + ask, out / f"{name}-s{seed}-modal.zarr", seed)
     m = modal_result(ds_m, fn_p)
@@ -140,9 +148,10 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="folder for the stores (default: a temporary folder)")
     ap.add_argument("--set", dest="extra", action="append", default=[], help="override for every run (repeatable)")
     ap.add_argument("--curve-accuracy", type=float, default=0.01)
+    ap.add_argument("--reuse-uniform", action="store_true", help="take completed uniform stores already in --out as they are")
     a = ap.parse_args(argv)
     out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="rig_time_modal-"))
-    rows = [one(p, s, out, list(a.extra), a.curve_accuracy) for p in a.sweeps for s in a.seeds]
+    rows = [one(p, s, out, list(a.extra), a.curve_accuracy, a.reuse_uniform) for p in a.sweeps for s in a.seeds]
     ratios = [u["periods"] / m["periods"] for u, m, *_ in rows]
     inside = sum(int(m["inside"]) for _, m, *_ in rows)
     print(f"modal: exact f_n and zeta inside the 95 % intervals in {inside} of {len(rows)} runs;"

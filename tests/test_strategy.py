@@ -79,13 +79,13 @@ def test_linearised_intervals_match_the_scatter_of_seeded_refits():
 
 def test_bracket_starts_at_the_prediction_and_steps_out_from_an_edge_peak():
     target, prior, allowed = TargetSpec(), (FN, ZETA), lambda f: True
-    f0, why = next_modal(points([], [], []), prior, None, target, allowed)
+    f0, why, _ = next_modal(points([], [], []), prior, None, target, allowed)
     assert f0 == pytest.approx(FN) and why.startswith("bracket")
-    f1, _ = next_modal(points([FN], exact([FN]), [1e-3]), prior, None, target, allowed)
+    f1 = next_modal(points([FN], exact([FN]), [1e-3]), prior, None, target, allowed).frequency
     assert f1 == pytest.approx(FN * (1 - ZETA))
     # the mode lies above the three points measured: the next point steps 2 bandwidths beyond the highest
     f = np.array([17.9, 18.0, 18.1])
-    f3, why = next_modal(points(f, exact(f, 2), 1e-3 * np.abs(exact(f, 2))), prior, None, target, allowed)
+    f3, why, _ = next_modal(points(f, exact(f, 2), 1e-3 * np.abs(exact(f, 2))), prior, None, target, allowed)
     assert f3 == pytest.approx(18.1 * (1 + 2 * ZETA)) and "highest" in why
 
 
@@ -94,7 +94,7 @@ def test_stop_when_the_asked_intervals_are_reached_and_not_before():
     pts = points(f, exact(f, 2), 1e-3 * np.abs(exact(f, 2)))
     est = Estimate(FN, ZETA, abs(A), np.array([1e-5, 0.01, 0.02]), "test")
     assert next_modal(pts, (FN, ZETA), est, TargetSpec(frequency_ci_rel=2e-5, damping_ci_rel=0.02), lambda f: True)[0] is None
-    go, why = next_modal(pts, (FN, ZETA), est, TargetSpec(frequency_ci_rel=2e-5, damping_ci_rel=0.005), lambda f: True)
+    go, why, _ = next_modal(pts, (FN, ZETA), est, TargetSpec(frequency_ci_rel=2e-5, damping_ci_rel=0.005), lambda f: True)
     assert go is not None and why.startswith("A-optimal")
     # |A| asked too: 0.02 > 0.01 keeps the design going
     assert next_modal(pts, (FN, ZETA), est, TargetSpec(frequency_ci_rel=2e-5, damping_ci_rel=0.02, modal_constant_ci_rel=0.01),
@@ -108,9 +108,10 @@ def test_a_optimal_step_stays_in_the_band_skips_forbidden_frequencies_and_shrink
     pts = points(f, H, u)
     est = Estimate(FN, ZETA, abs(A), np.array([1.0, 1.0, 1.0]), "test")
     target = TargetSpec(frequency_ci_rel=1e-6, damping_ci_rel=1e-4)
-    free, _ = next_modal(pts, (FN, ZETA), est, target, lambda f: True)
+    free, _, share = next_modal(pts, (FN, ZETA), est, target, lambda f: True)
+    assert share == DESIGN_ACCURACY_SHARE  # far from the targets: the informative share
     assert abs(free / FN - 1) <= (CANDIDATE_SPAN + 0.01) * ZETA
-    banned, _ = next_modal(pts, (FN, ZETA), est, target, lambda x: abs(x - free) > 0.05)
+    banned = next_modal(pts, (FN, ZETA), est, target, lambda x: abs(x - free) > 0.05).frequency
     assert abs(banned - free) > 0.05
     # the chosen point beats every other point of the span under the design's own noise model
     # (the points' median u/|H| times DESIGN_ACCURACY_SHARE), computed here from the Fisher information
@@ -139,10 +140,10 @@ def test_a_synthetic_modal_design_reaches_its_intervals_with_the_truth_inside():
         if len(f) >= BRACKET_POINTS:
             fit = fit_model(pts.f, pts.H, pts.u, prior[0], prior[1], 2)
             est = Estimate(fit.fn, fit.zeta, abs(fit.modal_constant), _half_widths(fit, fit.cov, _z(0.95)), "test")
-        nxt, why = next_modal(pts, prior, est, target, lambda x: True)
+        nxt, why, share = next_modal(pts, prior, est, target, lambda x: True)
         if nxt is None:
             break
-        h, s = measured([nxt], 3e-3, rng)
+        h, s = measured([nxt], 3e-3 * share, rng)
         f.append(nxt), H.append(h[0]), u.append(s[0])
     assert nxt is None and "reached" in why
     assert len(f) < 40
@@ -156,7 +157,7 @@ def test_curve_design_refines_until_the_model_is_known_to_the_accuracy():
     target = TargetSpec(curve_accuracy=0.01)
     f, H, u = [], [], []
     for _ in range(40):
-        nxt, why = next_curve(points(f, H, u), prior, band, target, lambda x: True)
+        nxt, why, _ = next_curve(points(f, H, u), prior, band, target, lambda x: True)
         if nxt is None:
             break
         assert band[0] <= nxt <= band[1]
