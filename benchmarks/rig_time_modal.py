@@ -27,7 +27,8 @@ Nothing here is tuned to the twin's noise: the targets come from the uniform run
 seed, the rig file is the sweep's (``--set`` passes overrides to every run, e.g.
 ``--set "rig_set=['virtual.mains.amplitude_microstrain=0.0']"``).
 
-    python benchmarks/rig_time_modal.py [--sweeps FILE ...] [--seeds 1 2 3 4] [--out DIR] [--reuse-uniform] [--set KEY=VALUE ...]
+    python benchmarks/rig_time_modal.py [--sweeps FILE ...] [--seeds 1 2 3 4] [--out DIR] [--reuse-uniform]
+                                        [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -72,22 +73,40 @@ def modal_result(ds, near_hz):
     """The uniform/modal summary of a store: the fitted mode nearest ``near_hz``, periods."""
     m = min(fit_modes(ds, "u"), key=lambda m: abs(m.frequency_hz - near_hz))
     exact = model_mode(ds, m.frequency_hz, m.damping_ratio)
-    hw = np.array([(ci[1] - ci[0]) / 2 / abs(x) for x, ci in ((m.frequency_hz, m.frequency_hz_ci),
-                   (m.damping_ratio, m.damping_ratio_ci), (m.modal_constant, m.modal_constant_ci))])
-    inside = (m.frequency_hz_ci[0] <= exact["frequency_hz"] <= m.frequency_hz_ci[1]
-              and m.damping_ratio_ci[0] <= exact["damping_ratio"] <= m.damping_ratio_ci[1])
-    return dict(mode=m, hw=hw, exact=exact, inside=inside, periods=float(np.nansum(ds["rig_periods"].values)),
-                points=int(np.asarray(ds["done"].values).sum()))
+    hw = np.array(
+        [
+            (ci[1] - ci[0]) / 2 / abs(x)
+            for x, ci in (
+                (m.frequency_hz, m.frequency_hz_ci),
+                (m.damping_ratio, m.damping_ratio_ci),
+                (m.modal_constant, m.modal_constant_ci),
+            )
+        ]
+    )
+    inside = (
+        m.frequency_hz_ci[0] <= exact["frequency_hz"] <= m.frequency_hz_ci[1]
+        and m.damping_ratio_ci[0] <= exact["damping_ratio"] <= m.damping_ratio_ci[1]
+    )
+    return {
+        "mode": m,
+        "hw": hw,
+        "exact": exact,
+        "inside": inside,
+        "periods": float(np.nansum(ds["rig_periods"].values)),
+        "points": int(np.asarray(ds["done"].values).sum()),
+    }
 
 
 def line(name, r):
     m, e = r["mode"], r["exact"]
-    return (f"  {name:8s} points={r['points']:3d} periods={r['periods']:8.0f}  f_n={m.frequency_hz:.5f} Hz "
-            f"[{m.frequency_hz_ci[0]:.5f}, {m.frequency_hz_ci[1]:.5f}]  zeta={m.damping_ratio:.5f} "
-            f"[{m.damping_ratio_ci[0]:.5f}, {m.damping_ratio_ci[1]:.5f}]  |A|={m.modal_constant:.4g} "
-            f"[{m.modal_constant_ci[0]:.4g}, {m.modal_constant_ci[1]:.4g}] {m.modal_constant_units}  "
-            f"half-widths {r['hw'][0]:.2e}/{r['hw'][1]:.2e}/{r['hw'][2]:.2e}  "
-            f"exact f_n={e['frequency_hz']:.5f} zeta={e['damping_ratio']:.5f} inside={r['inside']}")
+    return (
+        f"  {name:8s} points={r['points']:3d} periods={r['periods']:8.0f}  f_n={m.frequency_hz:.5f} Hz "
+        f"[{m.frequency_hz_ci[0]:.5f}, {m.frequency_hz_ci[1]:.5f}]  zeta={m.damping_ratio:.5f} "
+        f"[{m.damping_ratio_ci[0]:.5f}, {m.damping_ratio_ci[1]:.5f}]  |A|={m.modal_constant:.4g} "
+        f"[{m.modal_constant_ci[0]:.4g}, {m.modal_constant_ci[1]:.4g}] {m.modal_constant_units}  "
+        f"half-widths {r['hw'][0]:.2e}/{r['hw'][1]:.2e}/{r['hw'][2]:.2e}  "
+        f"exact f_n={e['frequency_hz']:.5f} zeta={e['damping_ratio']:.5f} inside={r['inside']}"
+    )
 
 
 def exact_frf(cfg, f):
@@ -96,7 +115,10 @@ def exact_frf(cfg, f):
     ns = cfg.numerical.substructure()
     F = cfg.excitation.force_vector(ns)
     try:
-        return np.array([rig.emulated_interface_response(ns, F, float(x), [1])[0, 0] for x in f]) / cfg.excitation.amplitude
+        return (
+            np.array([rig.emulated_interface_response(ns, F, float(x), [1])[0, 0] for x in f])
+            / cfg.excitation.amplitude
+        )
     finally:
         rig.close()
 
@@ -107,7 +129,9 @@ def curve_errors(cfg, ds_uniform, ds_curve):
     H_ex = exact_frf(cfg, grid)
     pu = design_points(ds_uniform)
     ok = pu.good
-    ref = np.asarray(ds_uniform["reference_interface_displacement"].sel(dof="u", harmonic=1).values)[np.asarray(ds_uniform["done"].values)]
+    ref = np.asarray(ds_uniform["reference_interface_displacement"].sel(dof="u", harmonic=1).values)[
+        np.asarray(ds_uniform["done"].values)
+    ]
     ext = np.asarray(ds_uniform["external_force"].sel(harmonic=1).values)[np.asarray(ds_uniform["done"].values)]
     at_points = float(np.max(np.abs(pu.H[ok] - ref[ok] / ext[ok]) / np.abs(ref[ok] / ext[ok])))
     o = np.argsort(pu.f[ok])
@@ -122,12 +146,21 @@ def one(path, seed, out, extra, accuracy, reuse=False):
     cfg, ds_u = sweep(path, extra, out / f"{name}-s{seed}-uniform.zarr", seed, reuse)
     fn_p, _ = prediction(cfg)
     u = modal_result(ds_u, fn_p)
-    ask = ["sweep.strategy=modal", "sweep.max_points=60", f"sweep.target.frequency_ci_rel={u['hw'][0]:.6g}",
-           f"sweep.target.damping_ci_rel={u['hw'][1]:.6g}", f"sweep.target.modal_constant_ci_rel={u['hw'][2]:.6g}"]
+    ask = [
+        "sweep.strategy=modal",
+        "sweep.max_points=60",
+        f"sweep.target.frequency_ci_rel={u['hw'][0]:.6g}",
+        f"sweep.target.damping_ci_rel={u['hw'][1]:.6g}",
+        f"sweep.target.modal_constant_ci_rel={u['hw'][2]:.6g}",
+    ]
     _, ds_m = sweep(path, extra + ask, out / f"{name}-s{seed}-modal.zarr", seed)
     m = modal_result(ds_m, fn_p)
-    _, ds_c = sweep(path, extra + ["sweep.strategy=curve", "sweep.max_points=60", f"sweep.target.curve_accuracy={accuracy:g}"],
-                    out / f"{name}-s{seed}-curve.zarr", seed)
+    _, ds_c = sweep(
+        path,
+        extra + ["sweep.strategy=curve", "sweep.max_points=60", f"sweep.target.curve_accuracy={accuracy:g}"],
+        out / f"{name}-s{seed}-curve.zarr",
+        seed,
+    )
     c_periods = float(np.nansum(ds_c["rig_periods"].values))
     at_points, lines, curve_err = curve_errors(cfg, ds_u, ds_c)
     tighter = bool(np.all(m["hw"] <= u["hw"] * (1 + 1e-9)))
@@ -135,27 +168,37 @@ def one(path, seed, out, extra, accuracy, reuse=False):
     print(line("uniform", u))
     print(line("modal", m))
     print(f"  ratio={u['periods'] / m['periods']:.2f}  modal intervals at least as tight: {tighter}")
-    print(f"  curve    points={int(np.asarray(ds_c['done'].values).sum()):3d} periods={c_periods:8.0f}  max FRF error {curve_err:.2%}"
-          f" (dense grid)  | uniform: {at_points:.2%} at its points, {lines:.2%} between them (straight lines)"
-          f"  curve/uniform periods={c_periods / u['periods']:.2f}", flush=True)
+    print(
+        f"  curve    points={int(np.asarray(ds_c['done'].values).sum()):3d} periods={c_periods:8.0f}"
+        f"  max FRF error {curve_err:.2%}"
+        f" (dense grid)  | uniform: {at_points:.2%} at its points, {lines:.2%} between them (straight lines)"
+        f"  curve/uniform periods={c_periods / u['periods']:.2f}",
+        flush=True,
+    )
     return u, m, tighter, c_periods, curve_err
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sweeps", nargs="+", default=[str(ROOT / "sweeps/paper-cantilever.toml"), str(ROOT / "sweeps/bare-beam.toml")])
+    ap.add_argument(
+        "--sweeps", nargs="+", default=[str(ROOT / "sweeps/paper-cantilever.toml"), str(ROOT / "sweeps/bare-beam.toml")]
+    )
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3, 4])
     ap.add_argument("--out", default=None, help="folder for the stores (default: a temporary folder)")
     ap.add_argument("--set", dest="extra", action="append", default=[], help="override for every run (repeatable)")
     ap.add_argument("--curve-accuracy", type=float, default=0.01)
-    ap.add_argument("--reuse-uniform", action="store_true", help="take completed uniform stores already in --out as they are")
+    ap.add_argument(
+        "--reuse-uniform", action="store_true", help="take completed uniform stores already in --out as they are"
+    )
     a = ap.parse_args(argv)
     out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="rig_time_modal-"))
     rows = [one(p, s, out, list(a.extra), a.curve_accuracy, a.reuse_uniform) for p in a.sweeps for s in a.seeds]
     ratios = [u["periods"] / m["periods"] for u, m, *_ in rows]
     inside = sum(int(m["inside"]) for _, m, *_ in rows)
-    print(f"modal: exact f_n and zeta inside the 95 % intervals in {inside} of {len(rows)} runs;"
-          f" intervals at least as tight as uniform in {sum(int(t) for _, _, t, *_ in rows)} of {len(rows)}")
+    print(
+        f"modal: exact f_n and zeta inside the 95 % intervals in {inside} of {len(rows)} runs;"
+        f" intervals at least as tight as uniform in {sum(int(t) for _, _, t, *_ in rows)} of {len(rows)}"
+    )
     print(f"curve_max_frf_error={max(r[4] for r in rows):.4f}")
     print(f"curve_rig_time_ratio={np.mean([u['periods'] / c for u, _, _, c, _ in rows]):.2f}")
     print(f"modal_rig_time_ratio={np.mean(ratios):.2f}")

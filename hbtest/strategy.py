@@ -67,11 +67,27 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = [
-    "STRATEGIES", "BRACKET_POINTS", "CANDIDATE_SPAN", "ModelFit", "fit_model", "DesignPoints", "design_points",
-    "Step", "Estimate", "DESIGN_ACCURACY_SHARE", "FINAL_ACCURACY_SHARES", "modal_estimate", "next_modal", "next_curve", "curve_model", "run_design", "prediction",
+    "BRACKET_POINTS",
+    "CANDIDATE_SPAN",
+    "DESIGN_ACCURACY_SHARE",
+    "FINAL_ACCURACY_SHARES",
+    "STRATEGIES",
+    "DesignPoints",
+    "Estimate",
+    "ModelFit",
+    "Step",
+    "curve_model",
+    "design_points",
+    "fit_model",
+    "modal_estimate",
+    "next_curve",
+    "next_modal",
+    "prediction",
+    "run_design",
 ]
 
-from .config.sweep import STRATEGIES  # noqa: E402  (``sweep.strategy`` values; the config layer reads them)
+from .config.sweep import STRATEGIES
+
 #: points of the modal bracket before the estimates are used
 BRACKET_POINTS = 5
 #: half-power bandwidths a bracket point steps out when the peak is at the edge
@@ -275,8 +291,11 @@ class Estimate:
 
     def text(self) -> str:
         hw = self.half_widths
-        return (f"f_n {self.fn:.5g} Hz ±{hw[0]:.2e}, zeta {self.zeta:.4g} ±{hw[1]:.2e}, |A| {self.modal_constant:.4g} ±{hw[2]:.2e}"
-                f" (relative half-widths; {self.source})")
+        return (
+            f"f_n {self.fn:.5g} Hz ±{hw[0]:.2e}, zeta {self.zeta:.4g} ±{hw[1]:.2e},"
+            f" |A| {self.modal_constant:.4g} ±{hw[2]:.2e}"
+            f" (relative half-widths; {self.source})"
+        )
 
 
 class Step(NamedTuple):
@@ -307,9 +326,16 @@ def modal_estimate(ds, target, near_hz: float) -> Estimate | None:
     def rel(x, ci):
         return (ci[1] - ci[0]) / 2 / abs(x) if x else np.inf
 
-    hw = np.array([rel(m.frequency_hz, m.frequency_hz_ci), rel(m.damping_ratio, m.damping_ratio_ci),
-                   rel(m.modal_constant, m.modal_constant_ci)])
-    return Estimate(m.frequency_hz, m.damping_ratio, m.modal_constant, hw, f"hbtest modal fit of {m.n_points} points", tuple(modes))
+    hw = np.array(
+        [
+            rel(m.frequency_hz, m.frequency_hz_ci),
+            rel(m.damping_ratio, m.damping_ratio_ci),
+            rel(m.modal_constant, m.modal_constant_ci),
+        ]
+    )
+    return Estimate(
+        m.frequency_hz, m.damping_ratio, m.modal_constant, hw, f"hbtest modal fit of {m.n_points} points", tuple(modes)
+    )
 
 
 def _z(confidence: float) -> float:
@@ -330,15 +356,25 @@ def _bracket(pts: DesignPoints, prior) -> tuple[float, str]:
             side = -1 if f[k] == f.min() else 1
             fx = float(f[k] * (1 + side * BRACKET_STEP * z_p))
             where = "lowest" if side < 0 else "highest"
-            return fx, f"bracket: the largest |H| is at the {where} point measured ({f[k]:.4f} Hz); {BRACKET_STEP:g} bandwidths further out"
+            return (
+                fx,
+                f"bracket: the largest |H| is at the {where} point measured ({f[k]:.4f} Hz);"
+                f" {BRACKET_STEP:g} bandwidths further out",
+            )
     if n < 3:
         x = (0.0, -1.0, 1.0)[n]
-        return fn_p * (1 + x * z_p), f"bracket: design prediction f_n {fn_p:.4f} Hz, zeta {z_p:.4g}; {x:+g} half-power bandwidths"
+        return fn_p * (
+            1 + x * z_p
+        ), f"bracket: design prediction f_n {fn_p:.4f} Hz, zeta {z_p:.4g}; {x:+g} half-power bandwidths"
     center = float(pts.f[good][np.argmax(np.abs(pts.H[good]))])
     x = -CANDIDATE_SPAN if n == 3 else CANDIDATE_SPAN
     if n > 4:  # a fit failed with enough points: the largest gap among them
-        return _largest_gap(np.sort(pts.f[good])), "bracket: the modal fit failed; the largest gap between points halved"
-    return center * (1 + x * z_p), f"bracket: {x:+g} half-power bandwidths (zeta {z_p:.4g}) about the largest |H| at {center:.4f} Hz"
+        return _largest_gap(
+            np.sort(pts.f[good])
+        ), "bracket: the modal fit failed; the largest gap between points halved"
+    return center * (
+        1 + x * z_p
+    ), f"bracket: {x:+g} half-power bandwidths (zeta {z_p:.4g}) about the largest |H| at {center:.4f} Hz"
 
 
 def _largest_gap(f: np.ndarray) -> float:
@@ -369,7 +405,11 @@ def _a_optimal(fit: ModelFit, pts: DesignPoints, target, allowed) -> Step:
     now = _half_widths(fit, np.linalg.pinv(info), z)
     r = _noise_ratio(pts)
     fc = fit.fn * (1 + np.linspace(-CANDIDATE_SPAN, CANDIDATE_SPAN, CANDIDATES) * fit.zeta)
-    scored = [(_score(fit, info, f, r * DESIGN_ACCURACY_SHARE * abs(fit.value([f])[0]), z, want, asked), f) for f in fc if allowed(f)]
+    scored = [
+        (_score(fit, info, f, r * DESIGN_ACCURACY_SHARE * abs(fit.value([f])[0]), z, want, asked), f)
+        for f in fc
+        if allowed(f)
+    ]
     if not scored:
         raise ValueError("no candidate frequency is free (mains multiples, failed points)")
     (_, hw_best), best = min(scored, key=lambda t: t[0][0])
@@ -382,8 +422,12 @@ def _a_optimal(fit: ModelFit, pts: DesignPoints, target, allowed) -> Step:
     names = np.array(["f_n", "zeta", "|A|"])[asked]
     change = ", ".join(f"{n} {a:.2e}->{b:.2e}" for n, a, b in zip(names, now[asked], hw_best[asked]))
     x = (best / fit.fn - 1) / fit.zeta
-    return Step(float(best), f"A-optimal at {x:+.2f} half-power bandwidths from f_n {fit.fn:.4f} Hz, accuracy x{share:g}:"
-                f" predicted half-widths {change}", share)
+    return Step(
+        float(best),
+        f"A-optimal at {x:+.2f} half-power bandwidths from f_n {fit.fn:.4f} Hz, accuracy x{share:g}:"
+        f" predicted half-widths {change}",
+        share,
+    )
 
 
 def next_modal(pts: DesignPoints, prior, est: Estimate | None, target, allowed) -> Step:
@@ -399,8 +443,12 @@ def next_modal(pts: DesignPoints, prior, est: Estimate | None, target, allowed) 
     try:
         fit = fit_model(pts.f[sel], pts.H[sel], pts.u[sel], est.fn, est.zeta, 2)
     except (ValueError, np.linalg.LinAlgError):
-        return Step(_largest_gap(np.sort(pts.f[good])), "the design model fit failed; the largest gap between points halved")
-    return _a_optimal(fit, DesignPoints(pts.f[sel], pts.H[sel], pts.u[sel], pts.converged[sel], pts.periods[sel]), target, allowed)
+        return Step(
+            _largest_gap(np.sort(pts.f[good])), "the design model fit failed; the largest gap between points halved"
+        )
+    return _a_optimal(
+        fit, DesignPoints(pts.f[sel], pts.H[sel], pts.u[sel], pts.converged[sel], pts.periods[sel]), target, allowed
+    )
 
 
 def _nudge(f: float, allowed, step: float) -> float:
@@ -418,9 +466,14 @@ def _curve_start(band, prior) -> list[tuple[float, str]]:
     start = [(lo, "curve: band start"), (hi, "curve: band end")]
     inside = [fn_p * (1 + x * z_p) for x in (0.0, -1.0, 1.0)]
     if all(lo < f < hi for f in inside):
-        return start + [(f, f"curve: design prediction f_n {fn_p:.4f} Hz, zeta {z_p:.4g}, {x:+g} bandwidths")
-                        for f, x in zip(inside, (0.0, -1.0, 1.0))]
-    return start + [(lo + (hi - lo) * q, "curve: evenly in the band (the predicted mode lies outside it)") for q in (0.25, 0.5, 0.75)]
+        return start + [
+            (f, f"curve: design prediction f_n {fn_p:.4f} Hz, zeta {z_p:.4g}, {x:+g} bandwidths")
+            for f, x in zip(inside, (0.0, -1.0, 1.0))
+        ]
+    return start + [
+        (lo + (hi - lo) * q, "curve: evenly in the band (the predicted mode lies outside it)")
+        for q in (0.25, 0.5, 0.75)
+    ]
 
 
 def curve_model(pts: DesignPoints, prior) -> ModelFit:
@@ -452,17 +505,26 @@ def next_curve(pts: DesignPoints, prior, band, target, allowed) -> Step:
     except (ValueError, np.linalg.LinAlgError):
         return Step(_largest_gap(fs), "curve: the model cannot be fitted yet; the largest gap halved")
     if fit.misfit > CURVE_MISFIT_LIMIT:
-        return Step(_largest_gap(fs), f"curve: model misfit {fit.misfit:.2f} > {CURVE_MISFIT_LIMIT:g}; the largest gap halved")
+        return Step(
+            _largest_gap(fs), f"curve: model misfit {fit.misfit:.2f} > {CURVE_MISFIT_LIMIT:g}; the largest gap halved"
+        )
     grid = np.linspace(band[0], band[1], CURVE_GRID)
     rel = curve_uncertainty(fit, grid, target.confidence)
     if rel.max() <= target.curve_accuracy:
-        return Step(None, f"curve known: largest {target.confidence:.0%} half-width {rel.max():.2%} <= {target.curve_accuracy:.2%} of |H|")
+        return Step(
+            None,
+            f"curve known: largest {target.confidence:.0%} half-width {rel.max():.2%}"
+            f" <= {target.curve_accuracy:.2%} of |H|",
+        )
     far = np.min(np.abs(grid[:, None] - pts.f[None, :]), axis=1) >= CURVE_MIN_SPACING * (band[1] - band[0])
     ok = far & np.array([allowed(f) for f in grid])
     if not ok.any():
         return Step(None, "curve: no free frequency left at the minimum spacing")
     k = int(np.argmax(np.where(ok, rel, -np.inf)))
-    return Step(float(grid[k]), f"curve: largest model uncertainty {rel[k]:.2%} of |H| at {grid[k]:.4f} Hz (max over band {rel.max():.2%})")
+    return Step(
+        float(grid[k]),
+        f"curve: largest model uncertainty {rel[k]:.2%} of |H| at {grid[k]:.4f} Hz (max over band {rel.max():.2%})",
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -485,9 +547,16 @@ def _record_estimate(store, pts: DesignPoints, est: Estimate | None, curve_unc: 
     if not done.size or est is None:
         return
     last = int(done[-1])
-    store.write_design(last, frequency_hz=est.fn, damping_ratio=est.zeta, modal_constant=est.modal_constant,
-                       frequency_ci_rel=est.half_widths[0], damping_ci_rel=est.half_widths[1],
-                       modal_constant_ci_rel=est.half_widths[2], curve_uncertainty=curve_unc)
+    store.write_design(
+        last,
+        frequency_hz=est.fn,
+        damping_ratio=est.zeta,
+        modal_constant=est.modal_constant,
+        frequency_ci_rel=est.half_widths[0],
+        damping_ci_rel=est.half_widths[1],
+        modal_constant_ci_rel=est.half_widths[2],
+        curve_uncertainty=curve_unc,
+    )
 
 
 def _decide(cfg, store, prior, layout):
@@ -505,9 +574,13 @@ def _decide(cfg, store, prior, layout):
     _record_estimate(store, pts, est, cu)
     used = float(np.nansum(pts.periods))
     if used >= t.max_rig_periods:
-        return Step(None, f"rig-time budget spent: {used:.0f} >= sweep.target.max_rig_periods = {t.max_rig_periods:g} periods"), est
+        return Step(
+            None, f"rig-time budget spent: {used:.0f} >= sweep.target.max_rig_periods = {t.max_rig_periods:g} periods"
+        ), est
     allowed = _allowed(cfg, pts, prior, layout)
-    step = next_modal(pts, prior, est, t, allowed) if sw.strategy == "modal" else next_curve(pts, prior, band, t, allowed)
+    step = (
+        next_modal(pts, prior, est, t, allowed) if sw.strategy == "modal" else next_curve(pts, prior, band, t, allowed)
+    )
     return step, est
 
 
@@ -560,7 +633,12 @@ def run_design(cfg, store, loop, write, say):
             f, why = None, f"all {store.n_points} slots used (sweep.max_points)"
         if f is None:
             store.set_attrs(design_finished=why)
-            say(Notice(f"{cfg.sweep.strategy} design finished: {why}" + (f"; {est.text()}" if est is not None and est.text() not in why else "")))
+            say(
+                Notice(
+                    f"{cfg.sweep.strategy} design finished: {why}"
+                    + (f"; {est.text()}" if est is not None and est.text() not in why else "")
+                )
+            )
             if est is not None and est.modes:
                 _write_fit(cfg, store, est.modes)
             return None
@@ -580,5 +658,12 @@ def _write_fit(cfg, store, modes) -> None:
     """The ``modal_fit`` attribute of a finished modal design (as ``hbtest modal`` writes it)."""
     from .modal import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED, modal_fit_attribute
 
-    store.set_attrs(modal_fit=modal_fit_attribute(list(modes), harmonic=1, samples=BOOTSTRAP_SAMPLES, seed=BOOTSTRAP_SEED,
-                                                  confidence=cfg.sweep.target.confidence))
+    store.set_attrs(
+        modal_fit=modal_fit_attribute(
+            list(modes),
+            harmonic=1,
+            samples=BOOTSTRAP_SAMPLES,
+            seed=BOOTSTRAP_SEED,
+            confidence=cfg.sweep.target.confidence,
+        )
+    )

@@ -139,7 +139,7 @@ def check_run(cfg: SweepConfig, rig_cfg) -> None:
             src, "sweep.points",
             f"{cfg.sweep.frequencies_hz.size} points (all force levels) exceed the {MAX_POINTS} one store holds (each point is one chunk file per variable); split the band into several sweeps",
         )
-    if (cfg.sweep.continuation == "arclength" or cfg.sweep.strategy != "grid") and cfg.sweep.max_points > MAX_POINTS:
+    if not _gridded(cfg) and cfg.sweep.max_points > MAX_POINTS:
         raise ConfigError(src, "sweep.max_points", f"{cfg.sweep.max_points} slots exceed the {MAX_POINTS} one store holds")
 
 
@@ -286,6 +286,11 @@ def _design(cfg: SweepConfig, store: RunStore, runner, write, say):
     return run_design(cfg, store, runner.loop, write, say)
 
 
+def _gridded(cfg: SweepConfig) -> bool:
+    """The sweep runs the file's frequency grid (not an arclength trace or an adaptive strategy)."""
+    return cfg.sweep.continuation == "stepped" and cfg.sweep.strategy == "grid"
+
+
 def _path(cfg: SweepConfig):
     """The (slots, driver) pair of a sweep: an adaptive ``sweep.strategy`` (:mod:`hbtest.strategy`,
     open slots) or its continuation's (:data:`CONTINUATION_PATHS`)."""
@@ -305,7 +310,7 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
     say = progress or (lambda *_: None)
     done = store.done()
     desc = rig.describe()
-    gridded = cfg.sweep.continuation == "stepped" and cfg.sweep.strategy == "grid"
+    gridded = _gridded(cfg)
     plan = plan_mains(cfg, desc.sensors)
     requested = cfg.sweep.frequencies_hz if gridded else np.full(freqs.size, np.nan)
     notes = [n if np.isclose(a, f, rtol=1e-12) else "" for n, a, f in zip(plan.notes, plan.applied_hz, freqs)] if gridded else [""] * freqs.size
@@ -464,7 +469,7 @@ def run(cfg: SweepConfig, store_path=None, progress=None, overwrite: bool = Fals
                 harmonics=orders,
                 actuators=rig_cfg.actuators,
                 max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), orders) - 1,
-                legs=slot_legs(cfg.sweep) if cfg.sweep.continuation == "stepped" and cfg.sweep.strategy == "grid" else None,
+                legs=slot_legs(cfg.sweep) if _gridded(cfg) else None,
                 force_levels=slot_amplitudes(cfg.sweep, cfg.excitation.amplitude) if cfg.sweep.force_levels else None,
                 sync=True,
                 harmonic_active=True,
@@ -530,8 +535,7 @@ def resume(store_path, progress=None, seed=None, plot: bool | None = None):
         store.check_compatible(
             # a store written before the mains plan (no point notes) ran its grid as asked
             frequencies_hz=(_path(cfg)[0](cfg, plan_mains(cfg, rig_cfg.sensors))
-                            if store.has_point_notes or not (cfg.sweep.continuation == "stepped" and cfg.sweep.strategy == "grid")
-                            else cfg.sweep.frequencies_hz),
+                            if store.has_point_notes or not _gridded(cfg) else cfg.sweep.frequencies_hz),
             harmonics=orders, actuators=rig_cfg.actuators,
             max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), orders) - 1,
         )

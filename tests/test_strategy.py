@@ -63,11 +63,11 @@ def test_model_fit_recovers_the_exact_parameters():
 
 
 def test_linearised_intervals_match_the_scatter_of_seeded_refits():
-    """Independent check of the covariance behind the design: 300 seeded noisy copies, refitted."""
+    """Independent check of the covariance behind the design: 200 seeded noisy copies, refitted."""
     rng = np.random.default_rng(7)
     f = FN * (1 + np.linspace(-3, 3, 8) * ZETA)
     est = []
-    for _ in range(300):
+    for _ in range(200):
         H, u = measured(f, 2e-3, rng)
         fit = fit_model(f, H, u, FN, ZETA, 2)
         est.append((fit.fn, fit.zeta, abs(fit.modal_constant)))
@@ -93,12 +93,25 @@ def test_stop_when_the_asked_intervals_are_reached_and_not_before():
     f = FN * (1 + np.linspace(-2, 2, BRACKET_POINTS) * ZETA)
     pts = points(f, exact(f, 2), 1e-3 * np.abs(exact(f, 2)))
     est = Estimate(FN, ZETA, abs(A), np.array([1e-5, 0.01, 0.02]), "test")
-    assert next_modal(pts, (FN, ZETA), est, TargetSpec(frequency_ci_rel=2e-5, damping_ci_rel=0.02), lambda f: True)[0] is None
-    go, why, _ = next_modal(pts, (FN, ZETA), est, TargetSpec(frequency_ci_rel=2e-5, damping_ci_rel=0.005), lambda f: True)
+    assert (
+        next_modal(pts, (FN, ZETA), est, TargetSpec(frequency_ci_rel=2e-5, damping_ci_rel=0.02), lambda f: True)[0]
+        is None
+    )
+    go, why, _ = next_modal(
+        pts, (FN, ZETA), est, TargetSpec(frequency_ci_rel=2e-5, damping_ci_rel=0.005), lambda f: True
+    )
     assert go is not None and why.startswith("A-optimal")
     # |A| asked too: 0.02 > 0.01 keeps the design going
-    assert next_modal(pts, (FN, ZETA), est, TargetSpec(frequency_ci_rel=2e-5, damping_ci_rel=0.02, modal_constant_ci_rel=0.01),
-                      lambda f: True)[0] is not None
+    assert (
+        next_modal(
+            pts,
+            (FN, ZETA),
+            est,
+            TargetSpec(frequency_ci_rel=2e-5, damping_ci_rel=0.02, modal_constant_ci_rel=0.01),
+            lambda f: True,
+        )[0]
+        is not None
+    )
 
 
 def test_a_optimal_step_stays_in_the_band_skips_forbidden_frequencies_and_shrinks_the_intervals():
@@ -174,14 +187,17 @@ def test_curve_design_refines_until_the_model_is_known_to_the_accuracy():
     assert near.sum() > (~near).sum() - 2
 
 
-@pytest.mark.parametrize("extra, key", [
-    (["sweep.continuation=arclength"], "sweep.strategy"),
-    (["sweep.force_levels=[0.02, 0.05]"], "sweep.strategy"),
-    (["sweep.harmonics=[1, 3]"], "sweep.strategy"),
-    (["sweep.target.frequency_ci_rel=0", "sweep.target.damping_ci_rel=0"], "sweep.target.frequency_ci_rel"),
-    (["sweep.target.confidence=1.5"], "sweep.target.confidence"),
-    (["sweep.target.bogus=1"], "sweep.target.bogus"),
-])
+@pytest.mark.parametrize(
+    "extra, key",
+    [
+        (["sweep.continuation=arclength"], "sweep.strategy"),
+        (["sweep.force_levels=[0.02, 0.05]"], "sweep.strategy"),
+        (["sweep.harmonics=[1, 3]"], "sweep.strategy"),
+        (["sweep.target.frequency_ci_rel=0", "sweep.target.damping_ci_rel=0"], "sweep.target.frequency_ci_rel"),
+        (["sweep.target.confidence=1.5"], "sweep.target.confidence"),
+        (["sweep.target.bogus=1"], "sweep.target.bogus"),
+    ],
+)
 def test_refusals_name_the_file_and_key(extra, key):
     with pytest.raises(ConfigError) as e:
         load_sweep(PAPER, ["sweep.strategy=modal", *extra])
@@ -191,8 +207,13 @@ def test_refusals_name_the_file_and_key(extra, key):
 def test_modal_design_on_the_twin_interrupted_and_resumed_continues_the_design(tmp_path):
     """End to end: the modal strategy on the twin (loose targets: the bracket is enough),
     Ctrl+C after two points, resume finishes the design from the store."""
-    over = ["sweep.strategy=modal", "sweep.max_points=8", "sweep.target.frequency_ci_rel=2e-3",
-            "sweep.target.damping_ci_rel=0.2", "test.accuracy=0.01"]
+    over = [
+        "sweep.strategy=modal",
+        "sweep.max_points=8",
+        "sweep.target.frequency_ci_rel=2e-3",
+        "sweep.target.damping_ci_rel=0.2",
+        "test.accuracy=0.01",
+    ]
     cfg = load_sweep(PAPER, over)
     seen = []
 

@@ -13,7 +13,8 @@ from .family import AUTO_THRESHOLD, MAX_AUTO_HARMONIC
 from ..numerical.table import CONTACT_SIDES, NONLINEAR_DOFS, NonlinearElementSpec, read_element_tables
 from .files import load_toml
 
-__all__ = ["NumericalSpec", "NonlinearElementSpec", "read_nonlinear", "ExcitationSpec", "SweepSpec", "TargetSpec", "TestSpec", "SolverSpec",
+__all__ = ["NumericalSpec", "NonlinearElementSpec", "read_nonlinear", "ExcitationSpec", "SweepSpec",
+           "TargetSpec", "STRATEGIES", "TestSpec", "SolverSpec",
            "OutputSpec", "SweepConfig", "load_sweep", "NONLINEAR_DOFS", "CONTACT_SIDES"]
 
 
@@ -362,11 +363,11 @@ def _check_strategy(sw: Section, sweep: SweepSpec) -> None:
     if sweep.strategy == "grid":
         return
     if sweep.continuation == "arclength":
-        raise sw.error("strategy", f'"{sweep.strategy}" chooses its own frequencies on the stepped path; an arclength trace'
-                                   ' follows the curve through folds: use continuation = "stepped" or strategy = "grid"')
+        raise sw.error("strategy", f'"{sweep.strategy}" chooses its own frequencies on the stepped path; an arclength'
+                       ' trace follows the curve through folds: use continuation = "stepped" or strategy = "grid"')
     if sweep.force_levels:
-        raise sw.error("strategy", f'"{sweep.strategy}" designs one response curve; a force family (force_levels) runs on'
-                                   ' the grid: use strategy = "grid", or one adaptive sweep per force level')
+        raise sw.error("strategy", f'"{sweep.strategy}" designs one response curve; a force family (force_levels)'
+                       ' runs on the grid: use strategy = "grid", or one adaptive sweep per force level')
     if sweep.auto_harmonics or sweep.harmonics != (1,):
         raise sw.error("strategy", f'"{sweep.strategy}" fits a linear FRF at harmonic 1: needs harmonics = [1]')
 
