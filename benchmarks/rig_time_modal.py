@@ -27,7 +27,7 @@ Nothing here is tuned to the twin's noise: the targets come from the uniform run
 seed, the rig file is the sweep's (``--set`` passes overrides to every run, e.g.
 ``--set "rig_set=['virtual.mains.amplitude_microstrain=0.0']"``).
 
-    python benchmarks/rig_time_modal.py [--sweeps FILE ...] [--seeds 1 2 3 4] [--out DIR] [--reuse-uniform]
+    python benchmarks/rig_time_modal.py [--sweeps FILE ...] [--seeds 1 2 3 4] [--out DIR] [--reuse none|uniform|all]
                                         [--set KEY=VALUE ...]
 """
 
@@ -64,7 +64,8 @@ def sweep(path, overrides, store, seed, reuse=False):
         from hbtest.store import open_run
 
         ds = open_run(store)
-        if ds.attrs.get("status") == "completed" and int(ds.attrs.get("seed", -1)) == seed:
+        same = int(ds.attrs.get("seed", -1)) == seed and list(ds.attrs.get("overrides", [])) == list(overrides)
+        if ds.attrs.get("status") == "completed" and same:
             return cfg, ds
     return cfg, run(cfg, store, overwrite=True, seed=seed, plot=False, overrides=overrides)
 
@@ -87,6 +88,11 @@ def modal_result(ds, near_hz):
         m.frequency_hz_ci[0] <= exact["frequency_hz"] <= m.frequency_hz_ci[1]
         and m.damping_ratio_ci[0] <= exact["damping_ratio"] <= m.damping_ratio_ci[1]
     )
+    # |A| of the exact FRF at the same points by the same fit (the modal constant depends on the
+    # remainder the fit takes out: compared like for like)
+    ref = ds.assign(interface_displacement=ds["reference_interface_displacement"])
+    exact["modal_constant"] = min(fit_modes(ref, "u"), key=lambda r: abs(r.frequency_hz - near_hz)).modal_constant
+    exact["inside_A"] = bool(m.modal_constant_ci[0] <= exact["modal_constant"] <= m.modal_constant_ci[1])
     return {
         "mode": m,
         "hw": hw,
@@ -105,7 +111,8 @@ def line(name, r):
         f"[{m.damping_ratio_ci[0]:.5f}, {m.damping_ratio_ci[1]:.5f}]  |A|={m.modal_constant:.4g} "
         f"[{m.modal_constant_ci[0]:.4g}, {m.modal_constant_ci[1]:.4g}] {m.modal_constant_units}  "
         f"half-widths {r['hw'][0]:.2e}/{r['hw'][1]:.2e}/{r['hw'][2]:.2e}  "
-        f"exact f_n={e['frequency_hz']:.5f} zeta={e['damping_ratio']:.5f} inside={r['inside']}"
+        f"exact f_n={e['frequency_hz']:.5f} zeta={e['damping_ratio']:.5f} |A|={e['modal_constant']:.4g}"
+        f"  inside={r['inside']} (f_n and zeta; |A|: {e['inside_A']})"
     )
 
 
@@ -141,9 +148,9 @@ def curve_errors(cfg, ds_uniform, ds_curve):
     return at_points, lines, float(np.max(np.abs(model.value(grid) - H_ex) / np.abs(H_ex)))
 
 
-def one(path, seed, out, extra, accuracy, reuse=False):
+def one(path, seed, out, extra, accuracy, reuse="none"):
     name = Path(path).stem
-    cfg, ds_u = sweep(path, extra, out / f"{name}-s{seed}-uniform.zarr", seed, reuse)
+    cfg, ds_u = sweep(path, extra, out / f"{name}-s{seed}-uniform.zarr", seed, reuse in ("uniform", "all"))
     fn_p, _ = prediction(cfg)
     u = modal_result(ds_u, fn_p)
     ask = [
@@ -153,13 +160,14 @@ def one(path, seed, out, extra, accuracy, reuse=False):
         f"sweep.target.damping_ci_rel={u['hw'][1]:.6g}",
         f"sweep.target.modal_constant_ci_rel={u['hw'][2]:.6g}",
     ]
-    _, ds_m = sweep(path, extra + ask, out / f"{name}-s{seed}-modal.zarr", seed)
+    _, ds_m = sweep(path, extra + ask, out / f"{name}-s{seed}-modal.zarr", seed, reuse == "all")
     m = modal_result(ds_m, fn_p)
     _, ds_c = sweep(
         path,
         extra + ["sweep.strategy=curve", "sweep.max_points=60", f"sweep.target.curve_accuracy={accuracy:g}"],
         out / f"{name}-s{seed}-curve.zarr",
         seed,
+        reuse == "all",
     )
     c_periods = float(np.nansum(ds_c["rig_periods"].values))
     at_points, lines, curve_err = curve_errors(cfg, ds_u, ds_c)
@@ -188,17 +196,20 @@ def main(argv=None):
     ap.add_argument("--set", dest="extra", action="append", default=[], help="override for every run (repeatable)")
     ap.add_argument("--curve-accuracy", type=float, default=0.01)
     ap.add_argument(
-        "--reuse-uniform", action="store_true", help="take completed uniform stores already in --out as they are"
+        "--reuse", choices=("none", "uniform", "all"), default="none",
+        help="take completed stores already in --out (same seed and overrides) as they are: the uniform ones, or all",
     )
     a = ap.parse_args(argv)
     out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="rig_time_modal-"))
-    rows = [one(p, s, out, list(a.extra), a.curve_accuracy, a.reuse_uniform) for p in a.sweeps for s in a.seeds]
+    rows = [one(p, s, out, list(a.extra), a.curve_accuracy, a.reuse) for p in a.sweeps for s in a.seeds]
     ratios = [u["periods"] / m["periods"] for u, m, *_ in rows]
     inside = sum(int(m["inside"]) for _, m, *_ in rows)
     print(
         f"modal: exact f_n and zeta inside the 95 % intervals in {inside} of {len(rows)} runs;"
         f" intervals at least as tight as uniform in {sum(int(t) for _, _, t, *_ in rows)} of {len(rows)}"
     )
+    print(f"modal: exact |A| (same fit of the exact FRF) inside in {sum(int(m['exact']['inside_A']) for _, m, *_ in rows)}"
+          f" of {len(rows)} runs; uniform: f_n and zeta inside in {sum(int(u['inside']) for u, *_ in rows)} of {len(rows)}")
     print(f"curve_max_frf_error={max(r[4] for r in rows):.4f}")
     print(f"curve_rig_time_ratio={np.mean([u['periods'] / c for u, _, _, c, _ in rows]):.2f}")
     print(f"modal_rig_time_ratio={np.mean(ratios):.2f}")
