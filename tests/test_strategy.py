@@ -17,6 +17,7 @@ from hbtest.strategy import (
     BRACKET_POINTS,
     CANDIDATE_SPAN,
     DESIGN_ACCURACY_SHARE,
+    FINAL_ACCURACY_SHARES,
     DesignPoints,
     Estimate,
     _half_widths,
@@ -101,6 +102,10 @@ def test_stop_when_the_asked_intervals_are_reached_and_not_before():
         pts, (FN, ZETA), est, TargetSpec(frequency_ci_rel=2e-5, damping_ci_rel=0.005), lambda f: True
     )
     assert go is not None and why.startswith("A-optimal")
+    # a point predicted to reach every asked interval by itself is measured to the loosest accuracy tried
+    last = next_modal(pts, (FN, ZETA), Estimate(FN, ZETA, abs(A), np.array([1.0, 1.0, 1.0]), "test"),
+                      TargetSpec(frequency_ci_rel=1e-2, damping_ci_rel=0.5), lambda f: True)
+    assert last.accuracy_share == max(FINAL_ACCURACY_SHARES) and "accuracy x1:" in last.reason
     # |A| asked too: 0.02 > 0.01 keeps the design going
     assert (
         next_modal(
