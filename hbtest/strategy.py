@@ -37,7 +37,9 @@ The modal design
    measured to, :data:`DESIGN_ACCURACY_SHARE`); the candidate that minimises
    ``sum_j (predicted half-width_j / target_j)^2`` over the asked parameters is measured next,
    at the loosest of :data:`FINAL_ACCURACY_SHARES` with which it is predicted to reach every
-   asked interval, else at :data:`DESIGN_ACCURACY_SHARE` of ``test.accuracy``.
+   asked interval, else at :data:`DESIGN_ACCURACY_SHARE` of ``test.accuracy``. The linearised
+   half-widths are calibrated against the bootstrap ones of step 2 (their ratio now, per
+   parameter), so the prediction speaks of the intervals the stop is judged on.
    Candidates on a mains multiple (:func:`hbtest.design.coincidences`) or within
    :data:`FAILED_EXCLUSION` half-power bandwidths of a point that did not converge are skipped.
 
@@ -108,6 +110,8 @@ DESIGN_ACCURACY_SHARE = 0.5
 #: looser shares tried for a point that reaches every asked interval by itself (the last one):
 #: the loosest that does (predicted) is taken
 FINAL_ACCURACY_SHARES = (1.0, 0.7)
+#: bounds of the ratio (bootstrap / linearised half-width) that calibrates the predictions
+CALIBRATION_LIMITS = (0.5, 2.0)
 #: curve: grid over the band on which the model's uncertainty is evaluated
 CURVE_GRID = 401
 #: curve: smallest distance of a new point from a measured one, as a share of the band
@@ -358,8 +362,10 @@ def _bracket(pts: DesignPoints, prior) -> tuple[float, str]:
             where = "lowest" if side < 0 else "highest"
             return (
                 fx,
-                f"bracket: the largest |H| is at the {where} point measured ({f[k]:.4f} Hz);"
-                f" {BRACKET_STEP:g} bandwidths further out",
+                (
+                    f"bracket: the largest |H| is at the {where} point measured ({f[k]:.4f} Hz);"
+                    f" {BRACKET_STEP:g} bandwidths further out"
+                ),
             )
     if n < 3:
         x = (0.0, -1.0, 1.0)[n]
@@ -393,16 +399,23 @@ def _score(fit: ModelFit, info, f: float, u: float, z: float, want, asked) -> tu
     return float(np.sum((hw[asked] / want[asked]) ** 2)), hw
 
 
-def _a_optimal(fit: ModelFit, pts: DesignPoints, target, allowed) -> Step:
+def _a_optimal(fit: ModelFit, pts: DesignPoints, target, allowed, current=None) -> Step:
     """The candidate frequency that minimises the predicted sum of (half-width / target)^2,
     and the accuracy share it is measured to (:data:`DESIGN_ACCURACY_SHARE`, or the loosest of
-    :data:`FINAL_ACCURACY_SHARES` with which it is predicted to reach every asked interval)."""
+    :data:`FINAL_ACCURACY_SHARES` with which it is predicted to reach every asked interval).
+    ``current``: the half-widths the stop is judged on (``hbtest modal``'s bootstrap) now; the
+    linearised predictions are scaled by their ratio to the linearised ones now (within
+    :data:`CALIBRATION_LIMITS`)."""
     good = pts.good
     z, want = _z(target.confidence), _wanted(target)
     asked = want > 0
     A0 = _real_rows(fit.jacobian(pts.f[good]), pts.u[good])
     info = A0.T @ A0
     now = _half_widths(fit, np.linalg.pinv(info), z)
+    cal = np.ones(3)
+    if current is not None:
+        cal = np.clip(np.nan_to_num(np.asarray(current) / now, nan=1.0), *CALIBRATION_LIMITS)
+    want = want / cal  # predicted * cal <= target
     r = _noise_ratio(pts)
     fc = fit.fn * (1 + np.linspace(-CANDIDATE_SPAN, CANDIDATE_SPAN, CANDIDATES) * fit.zeta)
     scored = [
@@ -420,7 +433,7 @@ def _a_optimal(fit: ModelFit, pts: DesignPoints, target, allowed) -> Step:
             share, hw_best = loose, hw
             break
     names = np.array(["f_n", "zeta", "|A|"])[asked]
-    change = ", ".join(f"{n} {a:.2e}->{b:.2e}" for n, a, b in zip(names, now[asked], hw_best[asked]))
+    change = ", ".join(f"{n} {a:.2e}->{b:.2e}" for n, a, b in zip(names, (now * cal)[asked], (hw_best * cal)[asked]))
     x = (best / fit.fn - 1) / fit.zeta
     return Step(
         float(best),
@@ -446,9 +459,8 @@ def next_modal(pts: DesignPoints, prior, est: Estimate | None, target, allowed) 
         return Step(
             _largest_gap(np.sort(pts.f[good])), "the design model fit failed; the largest gap between points halved"
         )
-    return _a_optimal(
-        fit, DesignPoints(pts.f[sel], pts.H[sel], pts.u[sel], pts.converged[sel], pts.periods[sel]), target, allowed
-    )
+    near_pts = DesignPoints(pts.f[sel], pts.H[sel], pts.u[sel], pts.converged[sel], pts.periods[sel])
+    return _a_optimal(fit, near_pts, target, allowed, est.half_widths if est.modes else None)
 
 
 def _nudge(f: float, allowed, step: float) -> float:
