@@ -57,8 +57,9 @@ Resume: the design is a function of the points in the store, so a resumed run re
 from them and continues. Store (:mod:`hbtest.store`): per slot ``design_reason`` (why this
 frequency) and the running estimate after the point (``design_frequency_hz``,
 ``design_damping_ratio``, ``design_modal_constant`` and their relative CI half-widths
-``design_*_ci_rel``; for ``curve`` ``design_curve_uncertainty``); group attribute
-``design_finished`` (why the design stopped).
+``design_*_ci_rel``; for ``curve`` ``design_curve_uncertainty``); group attributes
+``design_finished`` (why the design stopped), ``modal_fit`` (modal: as ``hbtest modal``
+writes it) and ``curve_fit`` (curve: the fitted model, :func:`curve_from_attribute`).
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ __all__ = [
     "Estimate",
     "ModelFit",
     "Step",
+    "curve_attribute",
+    "curve_from_attribute",
     "curve_model",
     "design_points",
     "fit_model",
@@ -644,15 +647,7 @@ def run_design(cfg, store, loop, write, say):
         if f is not None and done.all():
             f, why = None, f"all {store.n_points} slots used (sweep.max_points)"
         if f is None:
-            store.set_attrs(design_finished=why)
-            say(
-                Notice(
-                    f"{cfg.sweep.strategy} design finished: {why}"
-                    + (f"; {est.text()}" if est is not None and est.text() not in why else "")
-                )
-            )
-            if est is not None and est.modes:
-                _write_fit(cfg, store, est.modes)
+            _finish_design(cfg, store, prior, est, why, say)
             return None
         i = int(np.argmin(done))
         carry = carry if carry is not None else _start_carry(store, np.asarray(cfg.sweep.harmonics), f)
@@ -664,6 +659,45 @@ def run_design(cfg, store, loop, write, say):
         stop = write(i, out, int(done.sum()) + 1, store.n_points)
         if stop:
             return stop
+
+
+def _finish_design(cfg, store, prior, est: Estimate | None, why: str, say) -> None:
+    """Mark the design finished (``design_finished``), say why with the estimate, and keep the
+    answer: ``modal_fit`` (modal) or ``curve_fit`` (curve) store attributes."""
+    from .events import Notice
+
+    store.set_attrs(design_finished=why)
+    tail = f"; {est.text()}" if est is not None and est.text() not in why else ""
+    say(Notice(f"{cfg.sweep.strategy} design finished: {why}{tail}"))
+    if est is not None and est.modes:
+        _write_fit(cfg, store, est.modes)
+    if cfg.sweep.strategy == "curve":
+        try:
+            fit = curve_model(design_points(store.dataset(), cfg.sweep.target.dof), prior)
+        except (ValueError, np.linalg.LinAlgError):
+            return
+        store.set_attrs(curve_fit=curve_attribute(fit, cfg.sweep.target.dof))
+
+
+def curve_attribute(fit: ModelFit, dof: str) -> dict:
+    """The JSON document of the fitted FRF curve (store attribute ``curve_fit``; read back
+    with :func:`curve_from_attribute`)."""
+    return {
+        "model": "H = w_n^2 c0/(w_n^2 - w^2 + 2 i zeta w_n w) + c1 + c2 (w_n/w)^2, harmonic 1",
+        "dof": dof,
+        "frequency_hz": fit.fn,
+        "damping_ratio": fit.zeta,
+        "coefficients": [[float(c.real), float(c.imag)] for c in fit.coef],
+        "covariance": np.asarray(fit.cov).tolist(),
+        "misfit": fit.misfit,
+    }
+
+
+def curve_from_attribute(doc: dict) -> ModelFit:
+    """The :class:`ModelFit` of a ``curve_fit`` store attribute (``.value(f)``: the curve)."""
+    coef = np.array([complex(re, im) for re, im in doc["coefficients"]])
+    return ModelFit(float(doc["frequency_hz"]), float(doc["damping_ratio"]), coef, np.array(doc["covariance"]),
+                    float(doc["misfit"]))
 
 
 def _write_fit(cfg, store, modes) -> None:

@@ -3,6 +3,7 @@ seeded synthetic FRFs with known modal parameters, the design's choices (bracket
 step, CI-based stop, curve refinement), refusals in the sweep file, and one modal design on
 the virtual twin, interrupted and resumed."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,8 @@ from hbtest.strategy import (
     Estimate,
     _half_widths,
     _z,
+    curve_attribute,
+    curve_from_attribute,
     curve_uncertainty,
     fit_model,
     next_curve,
@@ -187,6 +190,8 @@ def test_curve_design_refines_until_the_model_is_known_to_the_accuracy():
     g = np.linspace(*band, 601)
     assert curve_uncertainty(fit, g, 0.95).max() <= 0.01
     assert np.max(np.abs(fit.value(g) / exact(g) - 1)) < 0.01
+    back = curve_from_attribute(json.loads(json.dumps(curve_attribute(fit, "u"))))  # the store attribute, as JSON
+    np.testing.assert_array_equal(back.value(g), fit.value(g))
     # dense where the curve bends: more points within 3 bandwidths of the mode than in the rest of the band
     near = np.abs(np.array(f) - FN) < 3 * ZETA * FN
     assert near.sum() > (~near).sum() - 2
@@ -246,3 +251,24 @@ def test_modal_design_on_the_twin_interrupted_and_resumed_continues_the_design(t
     assert all(str(r).startswith("bracket") for r in ds["design_reason"].values[:n])
     assert np.isfinite(ds["design_frequency_hz"].values[n - 1]) and ds["design_frequency_ci_rel"].values[n - 1] <= 2e-3
     assert ds.attrs["modal_fit"]["modes"]
+
+
+@pytest.mark.slow
+def test_curve_strategy_on_the_twin_meets_its_accuracy_against_the_exact_frf(tmp_path):
+    """End to end (slow): the curve strategy on the twin; the stored curve against the twin's
+    exact emulated FRF over the whole band."""
+    from hbtest.config import load_rig
+    from hbtest.rig import open_rig
+
+    over = ["sweep.strategy=curve", "sweep.max_points=30", "sweep.target.curve_accuracy=0.01"]
+    cfg = load_sweep(PAPER, over)
+    ds = run(cfg, tmp_path / "c.zarr", plot=False, overrides=over, seed=3).load()
+    assert "curve known" in ds.attrs["design_finished"]
+    curve = curve_from_attribute(ds.attrs["curve_fit"])
+    g = np.linspace(cfg.sweep.start_hz, cfg.sweep.stop_hz, 201)
+    rig = open_rig(load_rig(cfg.rig_path, cfg.rig_overrides), seed=0)
+    ns = cfg.numerical.substructure()
+    F = cfg.excitation.force_vector(ns)
+    H = np.array([rig.emulated_interface_response(ns, F, float(f), [1])[0, 0] for f in g]) / cfg.excitation.amplitude
+    rig.close()
+    assert np.max(np.abs(curve.value(g) / H - 1)) <= 0.01
