@@ -140,7 +140,7 @@ def check_run(cfg: SweepConfig, rig_cfg) -> None:
             src, "sweep.points",
             f"{cfg.sweep.frequencies_hz.size} points (all force levels) exceed the {MAX_POINTS} one store holds (each point is one chunk file per variable); split the band into several sweeps",
         )
-    if cfg.sweep.continuation == "arclength" and cfg.sweep.max_points > MAX_POINTS:
+    if not _gridded(cfg) and cfg.sweep.max_points > MAX_POINTS:
         raise ConfigError(src, "sweep.max_points", f"{cfg.sweep.max_points} slots exceed the {MAX_POINTS} one store holds")
 
 
@@ -293,6 +293,23 @@ CONTINUATION_PATHS = {
 }
 
 
+def _design(cfg: SweepConfig, store: RunStore, runner, write, say):
+    from .strategy import run_design
+
+    return run_design(cfg, store, runner.loop, write, say)
+
+
+def _gridded(cfg: SweepConfig) -> bool:
+    """The sweep runs the file's frequency grid (not an arclength trace or an adaptive strategy)."""
+    return cfg.sweep.continuation == "stepped" and cfg.sweep.strategy == "grid"
+
+
+def _path(cfg: SweepConfig):
+    """The (slots, driver) pair of a sweep: an adaptive ``sweep.strategy`` (:mod:`hbtest.strategy`,
+    open slots) or its continuation's (:data:`CONTINUATION_PATHS`)."""
+    return (_open_slots, _design) if cfg.sweep.strategy != "grid" else CONTINUATION_PATHS[cfg.sweep.continuation]
+
+
 def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
     """Run the unfinished points of ``store`` on the open ``rig``. Returns the final status;
     raises RigFault / StoreWriteError / KeyboardInterrupt after marking the store."""
@@ -306,7 +323,7 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
     say = progress or (lambda *_: None)
     done = store.done()
     desc = rig.describe()
-    gridded = cfg.sweep.continuation == "stepped"
+    gridded = _gridded(cfg)
     plan = plan_mains(cfg, desc.sensors)
     requested = cfg.sweep.frequencies_hz if gridded else np.full(freqs.size, np.nan)
     notes = [n if np.isclose(a, f, rtol=1e-12) else "" for n, a, f in zip(plan.notes, plan.applied_hz, freqs)] if gridded else [""] * freqs.size
@@ -364,7 +381,7 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
                     return "interrupted", "signal", "stopped by Ctrl+C after a finished point"
                 return None
 
-            stop = CONTINUATION_PATHS[cfg.sweep.continuation][1](cfg, store, runner, write, say)
+            stop = _path(cfg)[1](cfg, store, runner, write, say)
             if stop:
                 status, cause, reason = stop
     except (InstrumentError, LimitExceeded) as e:
@@ -462,11 +479,11 @@ def run(cfg: SweepConfig, store_path=None, progress=None, overwrite: bool = Fals
             orders = store_orders(cfg.sweep, rig_cfg.sample_rate_hz)
             store = RunStore.create(
                 path,
-                frequencies_hz=CONTINUATION_PATHS[cfg.sweep.continuation][0](cfg, plan),
+                frequencies_hz=_path(cfg)[0](cfg, plan),
                 harmonics=orders,
                 actuators=rig_cfg.actuators,
                 max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), orders) - 1,
-                legs=slot_legs(cfg.sweep) if cfg.sweep.continuation == "stepped" else None,
+                legs=slot_legs(cfg.sweep) if _gridded(cfg) else None,
                 force_levels=slot_amplitudes(cfg.sweep, cfg.excitation.amplitude) if cfg.sweep.force_levels else None,
                 sync=True,
                 harmonic_active=True,
@@ -475,6 +492,7 @@ def run(cfg: SweepConfig, store_path=None, progress=None, overwrite: bool = Fals
                 reference=hasattr(rig, "emulated_interface_response"),
                 raw_records=_raw_capacity(cfg, rig_cfg),
                 channels=rig_cfg.sensors.channel_names,
+                design=cfg.sweep.strategy != "grid",
             )
         except BaseException:
             _close(rig)
@@ -530,8 +548,8 @@ def resume(store_path, progress=None, seed=None, plot: bool | None = None):
         orders = store_orders(cfg.sweep, rig_cfg.sample_rate_hz)
         store.check_compatible(
             # a store written before the mains plan (no point notes) ran its grid as asked
-            frequencies_hz=(CONTINUATION_PATHS[cfg.sweep.continuation][0](cfg, plan_mains(cfg, rig_cfg.sensors))
-                            if store.has_point_notes or cfg.sweep.continuation != "stepped" else cfg.sweep.frequencies_hz),
+            frequencies_hz=(_path(cfg)[0](cfg, plan_mains(cfg, rig_cfg.sensors))
+                            if store.has_point_notes or not _gridded(cfg) else cfg.sweep.frequencies_hz),
             harmonics=orders, actuators=rig_cfg.actuators,
             max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), orders) - 1,
         )

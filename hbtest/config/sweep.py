@@ -13,7 +13,8 @@ from .family import AUTO_THRESHOLD, MAX_AUTO_HARMONIC
 from ..numerical.table import CONTACT_SIDES, NONLINEAR_DOFS, NonlinearElementSpec, read_element_tables
 from .files import load_toml
 
-__all__ = ["NumericalSpec", "NonlinearElementSpec", "read_nonlinear", "ExcitationSpec", "SweepSpec", "TestSpec", "SolverSpec",
+__all__ = ["NumericalSpec", "NonlinearElementSpec", "read_nonlinear", "ExcitationSpec", "SweepSpec",
+           "TargetSpec", "STRATEGIES", "TestSpec", "SolverSpec",
            "OutputSpec", "SweepConfig", "load_sweep", "NONLINEAR_DOFS", "CONTACT_SIDES"]
 
 
@@ -71,6 +72,27 @@ class ExcitationSpec:
         return F
 
 
+#: ``sweep.strategy`` values (:mod:`hbtest.strategy`): the grid, or an adaptive design
+STRATEGIES = ("grid", "modal", "curve")
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """``[sweep.target]``: what an adaptive ``sweep.strategy`` (:mod:`hbtest.strategy`) must
+    reach. Relative half-widths of the ``confidence`` intervals of the target mode's natural
+    frequency, damping ratio and modal constant (0: not asked; ``modal``), the largest relative
+    half-width of the FRF curve's interval over the band (``curve``), the rig-time budget
+    [forcing periods, all points] and the interface DOF whose FRF is used (``u`` | ``theta``)."""
+
+    frequency_ci_rel: float = 1e-3
+    damping_ci_rel: float = 0.05
+    modal_constant_ci_rel: float = 0.0
+    confidence: float = 0.95
+    curve_accuracy: float = 0.01
+    max_rig_periods: float = 1e5
+    dof: str = "u"
+
+
 @dataclass(frozen=True)
 class SweepSpec:
     """The frequency list [Hz] and the harmonic orders solved."""
@@ -103,6 +125,9 @@ class SweepSpec:
     arclength_step: float = 0.01
     arclength_min_step: float = 1e-4
     arclength_max_step: float = 0.05
+    # which frequencies are measured (hbtest.strategy): the grid, or adaptively to a target
+    strategy: str = "grid"
+    target: TargetSpec = TargetSpec()
 
     @property
     def grid_hz(self) -> np.ndarray:
@@ -216,7 +241,9 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
         **family,
         mains_coincidence=sw.string("mains_coincidence", "move", choices=("move", "keep")),
         **_read_continuation(sw),
+        **_read_strategy(sw),
     )
+    _check_strategy(sw, sweep)
     if sweep.continuation == "arclength" and sweep.direction == "up-down":
         raise sw.error("direction", 'an arclength trace runs one way ("up" or "down"): it passes folds by itself')
     if sweep.continuation == "arclength" and sweep.force_levels:
@@ -307,6 +334,42 @@ def _read_continuation(sw: Section) -> dict:
         raise sw.error("arclength_step", f"needs arclength_min_step <= arclength_step <= arclength_max_step, got"
                        f" {out['arclength_min_step']:g}, {out['arclength_step']:g}, {out['arclength_max_step']:g}")
     return out
+
+
+def _read_strategy(sw: Section) -> dict:
+    """``sweep.strategy`` and ``[sweep.target]`` (:class:`TargetSpec`; defaults there)."""
+    strategy = sw.string("strategy", "grid", choices=STRATEGIES)
+    d = TargetSpec()
+    if not sw.has("target"):
+        return dict(strategy=strategy, target=d)
+    t = sw.sub("target")
+    target = TargetSpec(
+        frequency_ci_rel=t.number("frequency_ci_rel", d.frequency_ci_rel, nonnegative=True, max=1.0),
+        damping_ci_rel=t.number("damping_ci_rel", d.damping_ci_rel, nonnegative=True, max=10.0),
+        modal_constant_ci_rel=t.number("modal_constant_ci_rel", d.modal_constant_ci_rel, nonnegative=True, max=10.0),
+        confidence=t.number("confidence", d.confidence, positive=True, max=0.9999),
+        curve_accuracy=t.number("curve_accuracy", d.curve_accuracy, positive=True, max=1.0),
+        max_rig_periods=t.number("max_rig_periods", d.max_rig_periods, positive=True),
+        dof=t.string("dof", d.dof, choices=("u", "theta")),
+    )
+    if strategy == "modal" and not (target.frequency_ci_rel or target.damping_ci_rel or target.modal_constant_ci_rel):
+        raise t.error("frequency_ci_rel", "the modal strategy needs at least one interval to reach (all three are 0)")
+    t.finish()
+    return dict(strategy=strategy, target=target)
+
+
+def _check_strategy(sw: Section, sweep: SweepSpec) -> None:
+    """An adaptive strategy runs one linear pass over the band: refuse what it cannot do."""
+    if sweep.strategy == "grid":
+        return
+    if sweep.continuation == "arclength":
+        raise sw.error("strategy", f'"{sweep.strategy}" chooses its own frequencies on the stepped path; an arclength'
+                       ' trace follows the curve through folds: use continuation = "stepped" or strategy = "grid"')
+    if sweep.force_levels:
+        raise sw.error("strategy", f'"{sweep.strategy}" designs one response curve; a force family (force_levels)'
+                       ' runs on the grid: use strategy = "grid", or one adaptive sweep per force level')
+    if sweep.auto_harmonics or sweep.harmonics != (1,):
+        raise sw.error("strategy", f'"{sweep.strategy}" fits a linear FRF at harmonic 1: needs harmonics = [1]')
 
 
 def _profile_names():

@@ -87,6 +87,7 @@ __all__ = [
     "RAW_VARIABLES",
     "SYNC_VARIABLES",
     "EVALUATION_VARIABLES",
+    "DESIGN_VARIABLES",
     "tolerance_from_attrs",
 ]
 
@@ -199,7 +200,20 @@ _SCHEMA: dict[str, tuple[tuple[str, ...], str, str, str]] = {
     # evaluation records (only in a store created with channels): hybrid re-reduction input
     "history_channel_coefficients": (("iteration", "channel", "harmonic"), "c", "V", "raw channel coefficients (before calibration and lag correction) of every evaluation"),
     "history_channel_variance": (("iteration", "channel", "harmonic"), "f", "V2", "variance of the mean of the raw channel coefficients of every evaluation"),
+    # adaptive strategies (hbtest.strategy; only in a store created with design): why each
+    # frequency was chosen and the running estimate after the point
+    "design_reason": ((), "s", "", "why the adaptive strategy chose this frequency (sweep.strategy)"),
+    "design_frequency_hz": ((), "f", "Hz", "running estimate of the target mode's undamped natural frequency after this point"),
+    "design_damping_ratio": ((), "f", "1", "running estimate of the target mode's viscous damping ratio after this point"),
+    "design_modal_constant": ((), "f", "1/kg | rad/(N s2)", "running estimate of the target mode's modal constant |A| (sweep.target.dof) after this point"),
+    "design_frequency_ci_rel": ((), "f", "1", "relative half-width of the natural frequency's interval (sweep.target.confidence) after this point"),
+    "design_damping_ci_rel": ((), "f", "1", "relative half-width of the damping ratio's interval after this point"),
+    "design_modal_constant_ci_rel": ((), "f", "1", "relative half-width of the modal constant's interval after this point"),
+    "design_curve_uncertainty": ((), "f", "1", "curve strategy: largest relative half-width of the fitted FRF curve's interval over the band after this point"),
 }
+#: the adaptive-strategy variables (present together or not at all; :meth:`RunStore.create` ``design``)
+DESIGN_VARIABLES = ("design_reason", "design_frequency_hz", "design_damping_ratio", "design_modal_constant",
+                    "design_frequency_ci_rel", "design_damping_ci_rel", "design_modal_constant_ci_rel", "design_curve_uncertainty")
 #: the raw-record variables (present together or not at all)
 RAW_VARIABLES = ("raw_samples", "raw_time_start", "raw_sample_rate", "raw_length", "raw_periods")
 #: the sync variables (present together or not at all; :meth:`RunStore.create` ``sync``)
@@ -246,7 +260,7 @@ def _is_store(path: Path) -> bool:
 
 #: variables a store may lack: the reference exists for virtual rigs only; later schemas added some
 _OPTIONAL = {"reference_interface_displacement", "frequency_requested", "point_note", "solution_offset", "displacement_uncertainty", *RAW_VARIABLES, *EVALUATION_VARIABLES,
-             *SYNC_VARIABLES, "harmonic_active"}
+             *SYNC_VARIABLES, "harmonic_active", *DESIGN_VARIABLES}
 _ADDED_IN_SCHEMA = {"stop_reason": 2, **{n: 3 for n in RAW_VARIABLES}}
 
 
@@ -382,6 +396,7 @@ class RunStore:
         sync: bool = False,
         harmonic_active: bool = False,
         channels=None,
+        design: bool = False,
     ) -> "RunStore":
         """Pre-allocate a store for a sweep. ``attrs`` (sweep_text, sweep_sha256, sweep_path,
         rig_text, rig_sha256, rig_path, rig_identity, overrides, profile, and anything else
@@ -399,6 +414,7 @@ class RunStore:
         ``harmonic_active`` the per-point mask of balanced orders (``sweep.harmonics = "auto"``).
         ``channels`` (the rig layout's channel names) allocates the per-evaluation raw channel
         coefficients (:data:`EVALUATION_VARIABLES`); with ``raw_records`` too, the names agree.
+        ``design`` allocates :data:`DESIGN_VARIABLES` (an adaptive ``sweep.strategy``).
 
         An existing store is replaced only with ``overwrite=True``, and only if it is an hbtest
         run store or an empty directory (never an arbitrary directory)."""
@@ -480,6 +496,8 @@ class RunStore:
             if (name in SYNC_VARIABLES and not sync) or (name == "harmonic_active" and not harmonic_active):
                 continue
             if name in EVALUATION_VARIABLES and channels is None:
+                continue
+            if name in DESIGN_VARIABLES and not design:
                 continue
             shape = (n,) + tuple(sizes[d] for d in dims)
             fill = _FILL[kind]
@@ -701,6 +719,20 @@ class RunStore:
             self._region_write(flag(False), index)
         self._region_write(data, index)
         self._region_write(flag(True), index)
+
+    def write_design(self, index: int, reason: str | None = None, **estimate) -> None:
+        """Write the adaptive strategy's variables of slot ``index`` (:data:`DESIGN_VARIABLES`
+        without the ``design_`` prefix: ``reason`` and the running estimate's floats); the
+        others of the slot are left as they are."""
+        import xarray as xr
+
+        values = {} if reason is None else {"design_reason": np.array(str(reason), dtype=object)}
+        values.update({f"design_{k}": np.float64(v) for k, v in estimate.items()})
+        unknown = [k for k in values if k not in DESIGN_VARIABLES or k not in self.variables]
+        if unknown:
+            raise ValueError(f"{self.path}: no design variable(s) {', '.join(unknown)} in this store")
+        data = xr.Dataset({k: (("frequency",), np.asarray(v)[None]) for k, v in values.items()})
+        self._region_write(data, int(index))
 
     def _raw_values(self, acq) -> dict:
         """The raw-record variables of one point from an acquisition (NaN/-1 when None)."""
