@@ -22,13 +22,15 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed of the twin (default: the rig file's)")
     p.add_argument("--watchdog", type=float, default=None, metavar="S",
                    help="default watchdog time [s] (a host sets its own with OUTP:PROT:WDOG)")
+    p.add_argument("--idle", type=float, default=None, metavar="S",
+                   help="disconnect a disarmed host silent this long [s] (default 300; 0 = never)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from ..config import load_rig
     from ..errors import ConfigError, UserError
-    from ..rig.box.server import DEFAULT_WATCHDOG_S, BoxServer
+    from ..rig.box.server import DEFAULT_IDLE_S, DEFAULT_WATCHDOG_S, BoxServer
 
     cfg = load_rig(args.rig, args.overrides)
     if cfg.kind != "virtual":
@@ -38,6 +40,9 @@ def run(args) -> int:
     watchdog = DEFAULT_WATCHDOG_S if args.watchdog is None else args.watchdog
     if not watchdog >= 0:
         raise UserError(f"--watchdog must be >= 0, got {args.watchdog}")
+    idle = DEFAULT_IDLE_S if args.idle is None else args.idle
+    if not idle >= 0:
+        raise UserError(f"--idle must be >= 0, got {args.idle}")
     stop = threading.Event()
     started = threading.Event()
 
@@ -53,7 +58,7 @@ def run(args) -> int:
     # handlers first: a signal right after the "listening" line must already stop cleanly
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        server = BoxServer(cfg, host=args.host, port=args.port, seed=args.seed, watchdog_s=watchdog, on_event=say)
+        server = BoxServer(cfg, host=args.host, port=args.port, seed=args.seed, watchdog_s=watchdog, idle_s=idle, on_event=say)
         try:
             host, port = server.start()
         except OSError as e:

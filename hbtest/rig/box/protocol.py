@@ -69,6 +69,7 @@ ERRORS = {
     -221: "Settings conflict",
     -222: "Data out of range",
     -224: "Illegal parameter value",
+    -300: "Device-specific error",
     -350: "Queue overflow",
     -363: "Input buffer overrun",
     201: "Outputs disarmed",
