@@ -178,9 +178,11 @@ class BoxRig:
         self._check_error(raw)
         return self._text(raw)
 
-    def _read_epoch(self, expect: int, parse):
+    def _read_epoch(self, expect: int, parse, after: float | None = None):
         """Read replies until the one belonging to epoch ``expect``: earlier epochs (and, after
-        a timeout, anything unparseable) are stale and dropped."""
+        a timeout, anything unparseable) are stale and dropped. ``after``: a measurement's
+        record must end later than this box time — an older record of the same epoch is a
+        duplicated or late reply (stale, dropped), never taken for the new one."""
         for _ in range(MAX_STALE_REPLIES + 1):
             raw = self._read_reply()
             if not self._desync:
@@ -203,6 +205,9 @@ class BoxRig:
                 continue
             if rec.epoch != expect:
                 raise _Malformed(f"reply for epoch {rec.epoch}, expected {expect}")
+            if after is not None and not rec.header.elapsed_s > after:
+                self.stale_replies += 1
+                continue
             self._desync = False
             return rec
         raise _Malformed(f"more than {MAX_STALE_REPLIES} stale replies")
@@ -441,7 +446,7 @@ class BoxRig:
         def op():
             e = self._epoch
             self._write(lines)
-            return self._read_epoch(e, self._parse_record)
+            return self._read_epoch(e, self._parse_record, after=self._elapsed)
 
         r = self._transact(what, op)
         self._elapsed = r.header.elapsed_s
