@@ -181,12 +181,16 @@ def test_an_error_in_syst_err_after_the_setup_is_one_error_naming_the_box(twin_c
         fake.close()
 
 
-def _slow_ramps(device, flag):
-    real = device.execute
+def _interrupting_ramps(device, flag):
+    """The box's SOUR:APPL? (the ramp-down of the close) lands three Ctrl+C on the host while
+    the host waits for its reply, as a user hammering Ctrl+C would."""
+    real = device.execute_parts
 
     def execute(line):
         if flag.is_set() and b"SOUR:APPL?" in line:
-            time.sleep(0.6)  # a ramp-down that takes wall time, as on hardware
+            for _ in range(3):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
         return real(line)
 
     return execute
@@ -197,21 +201,12 @@ def test_ctrl_c_during_the_ramp_down_never_leaves_the_outputs_on(twin_cfg):
 
     flag = threading.Event()
     with BoxServer(twin_cfg, port=0) as srv:
-        srv.device.execute = _slow_ramps(srv.device, flag)
+        srv.device.execute_parts = _interrupting_ramps(srv.device, flag)
         rig = open_rig(_box_cfg(srv.resource))
         rig.set_demand(17.0, V, ORDERS)
         assert srv.device.armed and srv.device._output_nonzero()
         flag.set()
-
-        def interrupt():
-            for _ in range(3):  # second and third Ctrl+C while ramping down
-                time.sleep(0.15)
-                os.kill(os.getpid(), signal.SIGINT)
-
-        t = threading.Thread(target=interrupt)
-        t.start()
         note = _close(rig)
-        t.join()
         assert "3 signal(s) (SIGINT, SIGINT, SIGINT) held until the outputs were off" in note
         time.sleep(0.1)
         assert not srv.device.armed and not srv.device._output_nonzero()

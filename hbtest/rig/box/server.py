@@ -33,6 +33,7 @@ from .protocol import (
     ProtocolError,
     Record,
     Status,
+    block_header,
     encode_array,
     encode_block,
     error_reply,
@@ -178,6 +179,13 @@ class BoxDevice:
 
     # -- execution ----------------------------------------------------------------------------
     def execute(self, line: bytes) -> bytes | None:
+        """The reply to ``line`` (terminator included) or None."""
+        parts = self.execute_parts(line)
+        return None if parts is None else b"".join(parts)
+
+    def execute_parts(self, line: bytes) -> list | None:
+        """:meth:`execute` with the reply as a list of byte buffers to send in order (a
+        record's samples are not copied into one reply: a 28 MB record costs 28 MB, not five)."""
         self.watchdog.feed()
         text = bytes(line).rstrip(b"\r").decode("ascii", errors="replace")
         if not text.strip():
@@ -197,9 +205,11 @@ class BoxDevice:
             self.watchdog.feed()
         if not query:
             return None
+        if isinstance(out, list):
+            return out + [b"\n"]
         if isinstance(out, bytes):
-            return out + b"\n"
-        return (str(out) + "\n").encode()
+            return [out, b"\n"]
+        return [(str(out) + "\n").encode()]
 
     def _dispatch(self, text: str, head: str):
         """The handler of a line. A line refused before dispatch (-102 bad bytes, -113 unknown
@@ -215,11 +225,11 @@ class BoxDevice:
             self.staged_ok = False
             raise
 
-    def _refuse(self, code: int, detail: str, query: bool) -> bytes | None:
+    def _refuse(self, code: int, detail: str, query: bool) -> list | None:
         self.push_error(code, detail)
-        return (error_reply(code, detail) + "\n").encode() if query else None
+        return [(error_reply(code, detail) + "\n").encode()] if query else None
 
-    def _internal_fault(self, detail: str, query: bool) -> bytes | None:
+    def _internal_fault(self, detail: str, query: bool) -> list | None:
         """An unexpected exception while executing a command (-300): the outputs ramp to
         zero and disarm (if the twin can still do it), the host gets the error and is served on."""
         self._emit("error", f"device error: {detail}")
@@ -515,9 +525,10 @@ class BoxDevice:
         self._nparams(p, 1)
         n = self._periods(p[0])
         rec, data, _ = self._record(n)
-        raw = np.stack([data[c] for c in self.channels])
+        rows = [memoryview(np.ascontiguousarray(data[c], dtype="<f8")).cast("B") for c in self.channels]
+        size = sum(r.nbytes for r in rows)  # the (channels, samples) block, row by row, uncopied
         self._delay()
-        return (rec.format() + ",").encode() + encode_block(encode_array(raw))
+        return [(rec.format() + ",").encode() + block_header(size)] + rows
 
     def _wait(self, p):
         self._nparams(p, 1)
@@ -762,12 +773,12 @@ class BoxServer:
             except socket.timeout:
                 continue
 
-    def _send(self, conn: socket.socket, data: bytes) -> bool:
+    def _send(self, conn: socket.socket, data) -> bool:
         """Deliver ``data`` to a host that may read slowly: sent piecewise under the poll
         timeout, so a server stop is seen; the link counts as lost only when the host accepts
         nothing for the watchdog time (SEND_STALL_S when the watchdog is off). False then."""
         dev = self.device
-        view = memoryview(data)
+        view = memoryview(data).cast("B")
         stall = dev.watchdog.timeout_s if dev.watchdog.enabled else SEND_STALL_S
         last = time.monotonic()
         while view:
@@ -801,8 +812,8 @@ class BoxServer:
                 if len(line) > MAX_LINE_BYTES:
                     dev.push_error(-363, f"line longer than {MAX_LINE_BYTES} bytes discarded")
                     continue
-                reply = dev.execute(line)
-                if reply and not self._send(conn, reply):
+                reply = dev.execute_parts(line)
+                if reply and not all(self._send(conn, part) for part in reply):
                     return
                 continue
             if len(buf) > MAX_LINE_BYTES:
