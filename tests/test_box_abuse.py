@@ -4,23 +4,20 @@ an unexpected fault in a command is an error reply (the host is served on), a sl
 gets its whole reply, staging state never leaks across hosts or past a refused line, and
 ``hbtest serve`` stops within a second of SIGTERM even in the middle of a command."""
 
-import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from box_hosts import Host, serve
 
 from hbtest.config import load_rig
 from hbtest.rig.box.protocol import (
     Record,
     decode_array,
     parse_error_reply,
-    reply_length,
 )
 from hbtest.rig.box.server import MAX_COMMAND_SAMPLES, MAX_PERIOD_SAMPLES, BoxServer
 
@@ -29,37 +26,9 @@ TWIN = ROOT / "instruments" / "virtual-cantilever.toml"
 FS = 5000.0
 
 
-class Raw:
+class Raw(Host):
     def __init__(self, address, timeout=5.0):
-        self.s = socket.create_connection(address, timeout=timeout)
-        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = bytearray()
-
-    def send(self, *lines):
-        self.s.sendall(b"".join((x.encode() if isinstance(x, str) else x) + b"\n" for x in lines))
-
-    def reply(self) -> bytes:
-        while True:
-            n = reply_length(self.buf)
-            if n is not None and len(self.buf) >= n:
-                r = bytes(self.buf[:n])
-                del self.buf[:n]
-                return r
-            chunk = self.s.recv(1 << 16)
-            if not chunk:
-                raise ConnectionError("closed by the box")
-            self.buf += chunk
-
-    def ask(self, *lines) -> str:
-        self.send(*lines)
-        return self.reply().decode("latin-1").rstrip("\n")
-
-    def code(self, *lines) -> int:
-        r = self.ask(*lines)
-        return parse_error_reply(r)[0] if r.startswith("!") else 0
-
-    def close(self):
-        self.s.close()
+        super().__init__(address, timeout)
 
 
 @pytest.fixture(scope="module")
@@ -226,17 +195,9 @@ def test_a_disarmed_idle_host_is_disconnected_by_the_idle_policy(twin_cfg):
     assert any(e.kind == "idle" for e in events)
 
 
-def _serve():
-    p = subprocess.Popen([sys.executable, "-m", "hbtest.cli", "serve", "--rig", str(TWIN), "--port", "0"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-    m = re.search(r"listening on 127\.0\.0\.1:(\d+) ", p.stdout.readline())
-    assert m
-    return p, int(m.group(1))
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_serve_stops_within_a_second_in_the_middle_of_a_command(sig):
-    p, port = _serve()
+    p, port = serve()
     try:
         c = Raw(("127.0.0.1", port))
         c.send("OUTP ON", "SOUR:FREQ 17", "SOUR:HARM 1", "SOUR:COEF 1,0.1,0", "SOUR:COEF 2,0,0")
@@ -253,3 +214,17 @@ def test_serve_stops_within_a_second_in_the_middle_of_a_command(sig):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_boxrig_acquires_a_28_mb_record(twin_cfg):
+    """The client side of the slow-reader case: ``BoxRig.acquire(3000)`` (28 MB over pyvisa's
+    chunked reads) is delivered whole, no link trip."""
+    from hbtest.rig import open_rig
+
+    box = ROOT / "instruments" / "box-loopback.toml"
+    with BoxServer(twin_cfg, port=0) as srv:
+        with open_rig(load_rig(box, [f"box.resource='{srv.resource}'", "box.timeout_s=20"])) as rig:
+            rig.set_demand(17.0, np.array([[0.1], [0.0]]), [1])
+            acq = rig.acquire(3000)
+            assert acq.t.size == round(3000 * FS / 17) and rig.reconnects == 0 and rig.resyncs == 0
+        assert srv.device.trip.code == 0

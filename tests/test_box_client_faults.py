@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hbtest.config import load_rig, load_sweep
+from hbtest.config import load_rig
 from hbtest.errors import InstrumentError
 from hbtest.rig import open_rig
 from hbtest.rig.box.server import BoxDevice, BoxServer

@@ -16,20 +16,16 @@ Seeded: ``derandomize=True`` (the examples follow from the test's source). A sho
 the default suite; ``-m slow`` runs at least 2,000 steps (the count is printed).
 """
 
-import re
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from box_hosts import Host, serve
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-
-from hbtest.rig.box.protocol import reply_length
 
 ROOT = Path(__file__).resolve().parents[1]
 TWIN = ROOT / "instruments" / "virtual-cantilever.toml"
@@ -37,42 +33,10 @@ MAX_V = 5.0
 STEPS = {"n": 0}
 
 
-class Host:
-    def __init__(self, port):
-        self.s = socket.create_connection(("127.0.0.1", port), timeout=10.0)
-        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = bytearray()
-
-    def send(self, *lines):
-        self.s.sendall(b"".join((x.encode() if isinstance(x, str) else x) + b"\n" for x in lines))
-
-    def reply(self) -> bytes:
-        while True:
-            n = reply_length(bytes(self.buf[:300])) if b"#" in self.buf[:300] else reply_length(bytes(self.buf))
-            if n is not None and len(self.buf) >= n:
-                r = bytes(self.buf[:n])
-                del self.buf[:n]
-                return r
-            chunk = self.s.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError("closed by the box")
-            self.buf += chunk
-
-    def ask(self, line) -> str:
-        self.send(line)
-        return self.reply().decode("latin-1").rstrip("\n")
-
-    def close(self):
-        self.s.close()
-
-
 @pytest.fixture(scope="module")
 def served():
-    p = subprocess.Popen([sys.executable, "-m", "hbtest.cli", "serve", "--rig", str(TWIN), "--port", "0", "--seed", "11"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-    m = re.search(r"listening on 127\.0\.0\.1:(\d+) ", p.stdout.readline())
-    assert m
-    yield p, int(m.group(1))
+    p, port = serve("--seed", "11")
+    yield p, port
     p.terminate()
     out, _ = p.communicate(timeout=10)
     assert p.returncode == 0 and "Traceback" not in out, out
@@ -98,7 +62,7 @@ class BoxFuzz(RuleBasedStateMachine):
 
     def __init__(self):
         super().__init__()
-        self.host = Host(self.port)
+        self.host = Host(("127.0.0.1", self.port))
         self.host.send("*RST", "*CLS", "OUTP:PROT:CLE", "OUTP:PROT:WDOG 30")
 
     # -- rules --------------------------------------------------------------------------------
@@ -119,7 +83,7 @@ class BoxFuzz(RuleBasedStateMachine):
     def stage_a_bad_frequency(self, f):
         self.host.send(f"SOUR:FREQ {f}", "SOUR:HARM 0", "SOUR:COEF 1,0.1,0", "SOUR:COEF 2,0,0")
         r = self.host.ask("SOUR:APPL? 1")
-        assert r.startswith("!-221") or r.startswith("!-222") or r.startswith("!20"), r
+        assert r.startswith(("!-221", "!-222", "!20")), r
 
     @rule(lim=st.floats(0.05, 6.0))
     def set_limit(self, lim):
@@ -160,7 +124,7 @@ class BoxFuzz(RuleBasedStateMachine):
         if abrupt:
             self.host.s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         self.host.close()
-        self.host = Host(self.port)
+        self.host = Host(("127.0.0.1", self.port))
         r = self.host.ask("*IDN?")  # the fresh host gets control (within the busy wait), not 310
         assert r.startswith("HBTEST,BOX-TWIN"), r
         self.host.send("*CLS", "OUTP:PROT:CLE")

@@ -4,15 +4,13 @@ through ``hbtest serve`` over loopback: the paper sweep up to 19 Hz, where the s
 extrapolated from 18.5 Hz drove l1 to 9.2-9.35 V against the 9 V window (a trip that ended
 the sweep), converges at every point with no trip."""
 
-import re
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import xarray as xr
+from box_hosts import serve
 
 from hbtest.cli import main
 from hbtest.point.start_guard import predicted_channel_peaks
@@ -23,16 +21,8 @@ BOX = ROOT / "instruments" / "box-loopback.toml"
 PAPER = ROOT / "sweeps" / "paper-cantilever.toml"
 
 
-def _serve():
-    p = subprocess.Popen([sys.executable, "-m", "hbtest.cli", "serve", "--rig", str(TWIN), "--port", "0"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-    m = re.search(r"listening on 127\.0\.0\.1:(\d+) ", p.stdout.readline())
-    assert m
-    return p, int(m.group(1))
-
-
 def _sweep_through_box(tmp_path, sets):
-    server, port = _serve()
+    server, port = serve()
     try:
         rig = tmp_path / "box.toml"
         rig.write_text(BOX.read_text().replace("TCPIP0::127.0.0.1::5025::SOCKET", f"TCPIP0::127.0.0.1::{port}::SOCKET"))

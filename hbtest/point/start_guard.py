@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import harmonics
 
-__all__ = ["GUARD_FRACTION", "channel_windows", "predicted_channel_peaks", "guard_start"]
+__all__ = ["GUARD_FRACTION", "channel_windows", "guard_start", "predicted_channel_peaks"]
 
 #: a predicted start above this fraction of a channel window is not sent (the iteration's
 #: trial demands, the ramp and the noise ride on top of the predicted steady state)

@@ -15,7 +15,7 @@ import signal
 import threading
 from contextlib import contextmanager
 
-__all__ = ["MaskedSignals", "signals_masked", "close_rig_safely"]
+__all__ = ["MaskedSignals", "close_rig_safely", "signals_masked"]
 
 
 class MaskedSignals:
