@@ -236,3 +236,22 @@ def test_an_unexpected_exception_marks_the_store_interrupted_with_one_line(tmp_p
     assert attrs["status"] == "interrupted" and attrs["stop_cause"] == "error"
     assert "ZeroDivisionError: float division by zero" in attrs["stop_message"]
     assert RunStore.open(store).done().tolist() == [True, False, False]
+
+
+def test_a_nuisance_list_the_box_refuses_is_one_error_not_a_stale_fit(twin_cfg):
+    def fault(line, reply, conn):
+        if line.startswith(b"SENS:NUIS 5"):  # the box refuses it (its queue says why)
+            fake.device.nuisance = ()
+            fake.device.push_error(-222, "nuisance frequencies refused")
+        return reply
+
+    fake = FaultyBox(twin_cfg, fault)
+    try:
+        with open_rig(_box_cfg(fake.resource, "box.timeout_s=1.0")) as rig:
+            rig.set_demand(17.0, V, ORDERS)
+            rig.acquire_coefficients(2, [1], nuisance_hz=())
+            with pytest.raises(InstrumentError, match=r"box-loopback.*did not take SENS:NUIS 50.0.*-222") as ei:
+                rig.acquire_coefficients(2, [1], nuisance_hz=(50.0,))
+            assert "\n" not in str(ei.value)
+    finally:
+        fake.close()

@@ -482,12 +482,9 @@ class BoxRig:
         if orders.size == 0 or np.any(orders < 0) or len(set(orders.tolist())) != orders.size:
             raise ValueError(f"harmonic orders must be distinct non-negative integers, got {orders.tolist()}")
         nuis = tuple(float(x) for x in nuisance_hz)
-        lines = []
         if nuis != self._sent_nuisance:
-            lines.append("SENS:NUIS " + (",".join(fmt(x) for x in nuis) if nuis else "NONE"))
-        lines.append(f"MEAS:COEF? {n}," + ",".join(str(int(k)) for k in orders))
-        r = self._measure("MEAS:COEF?", lines)
-        self._sent_nuisance = nuis
+            self._set_nuisance(nuis)
+        r = self._measure("MEAS:COEF?", [f"MEAS:COEF? {n}," + ",".join(str(int(k)) for k in orders)])
         try:
             a = decode_array(r.payload, (len(self._channels), orders.size, 3))
         except ValueError as e:
@@ -499,6 +496,20 @@ class BoxRig:
         return ChannelCoefficients(coefficients=coef, variance=var, orders=orders, frequency_hz=r.header.frequency_hz,
                                    n_periods=n, elapsed_s=r.header.elapsed_s, overrange=self._overrange(r.header),
                                    epoch=r.header.epoch)
+
+    def _set_nuisance(self, nuis: tuple) -> None:
+        """Send the nuisance list and read it back (one request): a list the box did not take
+        is an InstrumentError naming the box and the box's own error, never a fit with the old one."""
+        line = "SENS:NUIS " + (",".join(fmt(x) for x in nuis) if nuis else "NONE")
+        got = self._transact("SENS:NUIS", lambda: self._ask("SENS:NUIS?", before=[line]))
+        try:
+            have = () if got.strip().upper() == "NONE" else tuple(float(x) for x in got.split(","))
+        except ValueError:
+            have = None
+        if have != nuis:
+            why = self._transact("SYST:ERR?", lambda: self._ask("SYST:ERR?"))
+            raise InstrumentError(f"{self.name}: the box did not take {line} (it reports {got!r}; SYST:ERR? {why})")
+        self._sent_nuisance = nuis
 
     def _check_record(self, rec: Record, n: int, what: str):
         f = self._demand[0]
