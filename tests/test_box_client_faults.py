@@ -236,6 +236,9 @@ def test_an_unexpected_exception_marks_the_store_interrupted_with_one_line(tmp_p
     assert attrs["status"] == "interrupted" and attrs["stop_cause"] == "error"
     assert "ZeroDivisionError: float division by zero" in attrs["stop_message"]
     assert RunStore.open(store).done().tolist() == [True, False, False]
+    monkeypatch.setattr(family.FamilyRunner, "run", real)
+    assert main(["resume", str(store), "--no-plot", "--quiet"]) == 0  # resumable
+    assert RunStore.open(store).attrs["status"] == "completed" and all(RunStore.open(store).done())
 
 
 def test_a_nuisance_list_the_box_refuses_is_one_error_not_a_stale_fit(twin_cfg):
