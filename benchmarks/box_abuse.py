@@ -235,6 +235,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args(argv)
     p, port = serve(a.rig)
+    print(f"warmup_probe_ms={probe(port, 60.0):.1f}")  # the first host after start-up (lazy imports)
     base = rss_mb(p.pid)
     alive_all, worst_rss = True, 0.0
     try:
