@@ -15,9 +15,15 @@ UFF type 58
     One record per FRF (harmonic 1 by default): u/F and θ/F, measured (done and converged
     points) and, for virtual rigs, the exact reference; an up-down sweep gives one record per
     leg so the abscissa (uneven spacing, Hz) stays monotone. Function type 4 (FRF), complex
-    double ordinate; response node 1 with direction 3 (+Z, u) or 5 (+RY, θ = du/dx),
+    double ordinate; response node 1 with direction 3 (+Z, u) or -5 (−RY, θ = du/dx),
     reference node 1 direction 3 (the point force on the interface node); ordinate
-    displacement [m] or rotation [rad] per force [N]. pyuff is an optional dependency:
+    displacement [m] or rotation [rad] per force [N].
+
+    Directions: the beam runs along +X, the transverse displacement ``u`` along +Z
+    (:mod:`hbtest.sensors`: u up, θ counter-clockwise). A positive slope ``θ = du/dx`` turns
+    the beam's axis from +X toward +Z, which is a right-handed rotation about **−Y** (a
+    rotation ``ω`` about +Y carries +Z into +X: ``ω ŷ × x̂ = −ω ẑ``). UFF 58 field 7 codes a
+    −Y rotation as −5, so θ/F is written with direction −5 and its ordinate as measured. pyuff is an optional dependency:
     ``pip install hbtest[uff]``.
 """
 
@@ -184,7 +190,9 @@ def to_uff(store_path, out_path, *, harmonic: int = 1, include_reference: bool =
     sources = [("measured", conv)]
     if include_reference and "reference_interface_displacement" in ds:
         sources.append(("reference", done))
-    dof_info = {"u": (3, 8, 1, "m"), "theta": (5, 8, 0, "rad")}  # dir, spec type, length exp, label
+    # UFF 58 direction (3: +Z translation; -5: rotation about -Y, see the module docstring),
+    # ordinate spec type, length exponent, label
+    dof_info = {"u": (3, 8, 1, "m"), "theta": (-5, 8, 0, "rad")}
     sets = []
     for source, mask in sources:
         H = frf(ds, source, harmonic)

@@ -242,14 +242,20 @@ def _rig_counters(rig) -> dict:
     return {"rig_counters": json.dumps(rig.counters)} if isinstance(rig, _CountsRecords) else {}
 
 
+class UnexpectedFault(UserError):
+    """An exception hbtest did not expect stopped the run (its store is marked interrupted with
+    the reason); the CLI prints one line and exits 3."""
+
+    exit_code = 3
+
+
 def _close(rig) -> str:
-    """Close the rig (safe state first); a rig that cannot be reached any more is reported,
-    not raised (its own watchdog ramps it down)."""
-    try:
-        rig.close()
-        return ""
-    except Exception as e:  # noqa: BLE001 - the run is ending either way; say what happened
-        return f"; the rig could not be ramped down from here ({e}) — its watchdog must do it"
+    """Close the rig (safe state first) with SIGINT/SIGTERM held until the outputs are off; a
+    rig that cannot be reached any more is reported, not raised (its own watchdog ramps it
+    down): :func:`hbtest.rig.safe_stop.close_rig_safely`."""
+    from .rig.safe_stop import close_rig_safely
+
+    return close_rig_safely(rig)
 
 
 def _stepped(cfg: SweepConfig, store: RunStore, runner, write, say):
@@ -350,7 +356,6 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
                     say(PointMoved(int(i), float(requested[i]), float(freqs[i]), notes[i]))
                 elif notes[i]:
                     say(Notice(f"warning: point {i + 1}: {notes[i]}"))
-            status = "completed"
 
             def write(i, out, n, of):
                 nonlocal status, cause, reason
@@ -382,8 +387,7 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
                 return None
 
             stop = _path(cfg)[1](cfg, store, runner, write, say)
-            if stop:
-                status, cause, reason = stop
+            status, cause, reason = stop or ("completed", "", "")
     except (InstrumentError, LimitExceeded) as e:
         status, cause = "interrupted", "rig"
         reason = f"{e}{_close(rig)}"
@@ -392,6 +396,13 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
         status, cause = "interrupted", "signal"
         reason = ("stopped by SIGTERM" if isinstance(e, Terminated) else "stopped by Ctrl+C during a point") + _close(rig)
         raise
+    except UserError as e:
+        if cause != "store":  # a store write marked itself; anything else mid-run is marked here
+            status, cause, reason = "interrupted", "error", f"{e}{_close(rig)}"
+        raise
+    except Exception as e:  # noqa: BLE001 - a fault of hbtest itself: one line, the store resumable
+        status, cause, reason = "interrupted", "error", f"unexpected {type(e).__name__}: {e}{_close(rig)}"
+        raise UnexpectedFault(f"{reason}; the store {store.path} is interrupted and resumable: hbtest resume {store.path}") from None
     finally:
         try:
             store.set_status(status, wall_seconds=round(time.monotonic() - t_wall, 3), stop_cause=cause, stop_message=reason,

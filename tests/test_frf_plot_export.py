@@ -268,6 +268,17 @@ def test_netcdf_round_trip(run31, tmp_path, split):
             assert "interface_displacement_real" in h and "interface_displacement" not in h
 
 
+def test_uff_rotation_direction_is_the_right_handed_axis_of_a_positive_slope():
+    """θ = du/dx with x along the beam and u along +Z: the small rotation vector ω that turns
+    the axis x̂ into x̂ + θ ẑ solves ω × x̂ = θ ẑ, i.e. ω = −θ ŷ — UFF 58 direction −5 (−Y
+    rotation) for a positive θ/F, not +5."""
+    theta = 1e-3
+    omega = -theta * np.array([0.0, 1.0, 0.0])
+    np.testing.assert_allclose(np.cross(omega, [1.0, 0.0, 0.0]), [0.0, 0.0, theta])
+    codes = {(+1, "Y"): 5, (-1, "Y"): -5}  # UFF 58 record 6 field 7: rotations 4..6, negative axes -4..-6
+    assert codes[(int(np.sign(omega[1])), "Y")] == -5
+
+
 def test_uff_readable_by_pyuff(run31, updown, tmp_path):
     pyuff = pytest.importorskip("pyuff")
     path, recs = run31
@@ -279,7 +290,7 @@ def test_uff_readable_by_pyuff(run31, updown, tmp_path):
     conv = ds["converged"].values & ds["done"].values
     for st, (src, j) in zip(sets, [("measured", 0), ("measured", 1), ("reference", 0), ("reference", 1)]):
         assert st["type"] == 58 and st["func_type"] == 4
-        assert st["rsp_dir"] == (3 if j == 0 else 5) and st["ref_dir"] == 3
+        assert st["rsp_dir"] == (3 if j == 0 else -5) and st["ref_dir"] == 3
         mask = conv if src == "measured" else ds["done"].values
         np.testing.assert_allclose(st["x"], GRID[mask], rtol=1e-5)
         np.testing.assert_allclose(st["data"], frf(ds, src).values[mask, j], rtol=1e-10)

@@ -24,7 +24,7 @@ def render(ev: Event) -> str | None:
             f" {ev.rig_periods:>12.1f} {ev.rig_periods / ev.frequency_hz:>7.1f}  {state}"
         )
     if isinstance(ev, StopRequested):
-        return "\nhbtest: stopping now (SIGTERM)" if ev.immediate else "\nhbtest: stopping after this point (Ctrl+C again to abort now)"
+        return "\nhbtest: stopping now (SIGTERM)" if ev.immediate else "\nhbtest: stopping after this point (Ctrl+C again to end the point now; the outputs are ramped down either way)"
     if isinstance(ev, LockTakenOver):
         h = ev.holder
         return f"hbtest: note: {ev.store} was last written by pid {h.get('pid', '?')} on {h.get('host', '?')}, which is no longer running; taking it over"

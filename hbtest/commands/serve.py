@@ -10,6 +10,7 @@ control on TCP PORT (default 2350), the stream from UDP PORT+1 (hbtest.rig.helic
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -28,13 +29,15 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed of the twin (default: the rig file's)")
     p.add_argument("--watchdog", type=float, default=None, metavar="S",
                    help="default watchdog time [s] (a host sets its own with OUTP:PROT:WDOG)")
+    p.add_argument("--idle", type=float, default=None, metavar="S",
+                   help="disconnect a disarmed host silent this long [s] (default 300; 0 = never)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from ..config import load_rig
     from ..errors import ConfigError, UserError
-    from ..rig.box.server import DEFAULT_WATCHDOG_S, BoxServer
+    from ..rig.box.server import DEFAULT_IDLE_S, DEFAULT_WATCHDOG_S, BoxServer
 
     cfg = load_rig(args.rig, args.overrides)
     if cfg.kind != "virtual":
@@ -46,6 +49,9 @@ def run(args) -> int:
     watchdog = DEFAULT_WATCHDOG_S if args.watchdog is None else args.watchdog
     if not watchdog >= 0:
         raise UserError(f"--watchdog must be >= 0, got {args.watchdog}")
+    idle = DEFAULT_IDLE_S if args.idle is None else args.idle
+    if not idle >= 0:
+        raise UserError(f"--idle must be >= 0, got {args.idle}")
     stop = threading.Event()
     started = threading.Event()
 
@@ -63,7 +69,7 @@ def run(args) -> int:
     try:
         if args.protocol == "helic":
             return _serve_helic(args, cfg, stop)
-        server = BoxServer(cfg, host=args.host, port=args.port, seed=args.seed, watchdog_s=watchdog, on_event=say)
+        server = BoxServer(cfg, host=args.host, port=args.port, seed=args.seed, watchdog_s=watchdog, idle_s=idle, on_event=say)
         try:
             host, port = server.start()
         except OSError as e:
@@ -80,6 +86,11 @@ def run(args) -> int:
         for s, h in old.items():
             signal.signal(s, h)
     sys.stdout.flush()
+    sys.stderr.flush()
+    if stop.is_set():
+        # stopped by a signal: outputs at zero, sockets closed, output flushed — end now; the
+        # interpreter's teardown of scipy alone takes ~1 s on a loaded machine
+        os._exit(0)
     return 0
 
 

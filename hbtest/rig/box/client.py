@@ -178,9 +178,11 @@ class BoxRig:
         self._check_error(raw)
         return self._text(raw)
 
-    def _read_epoch(self, expect: int, parse):
+    def _read_epoch(self, expect: int, parse, after: float | None = None):
         """Read replies until the one belonging to epoch ``expect``: earlier epochs (and, after
-        a timeout, anything unparseable) are stale and dropped."""
+        a timeout, anything unparseable) are stale and dropped. ``after``: a measurement's
+        record must end later than this box time — an older record of the same epoch is a
+        duplicated or late reply (stale, dropped), never taken for the new one."""
         for _ in range(MAX_STALE_REPLIES + 1):
             raw = self._read_reply()
             if not self._desync:
@@ -203,6 +205,9 @@ class BoxRig:
                 continue
             if rec.epoch != expect:
                 raise _Malformed(f"reply for epoch {rec.epoch}, expected {expect}")
+            if after is not None and not rec.header.elapsed_s > after:
+                self.stale_replies += 1
+                continue
             self._desync = False
             return rec
         raise _Malformed(f"more than {MAX_STALE_REPLIES} stale replies")
@@ -441,7 +446,7 @@ class BoxRig:
         def op():
             e = self._epoch
             self._write(lines)
-            return self._read_epoch(e, self._parse_record)
+            return self._read_epoch(e, self._parse_record, after=self._elapsed)
 
         r = self._transact(what, op)
         self._elapsed = r.header.elapsed_s
@@ -477,12 +482,9 @@ class BoxRig:
         if orders.size == 0 or np.any(orders < 0) or len(set(orders.tolist())) != orders.size:
             raise ValueError(f"harmonic orders must be distinct non-negative integers, got {orders.tolist()}")
         nuis = tuple(float(x) for x in nuisance_hz)
-        lines = []
         if nuis != self._sent_nuisance:
-            lines.append("SENS:NUIS " + (",".join(fmt(x) for x in nuis) if nuis else "NONE"))
-        lines.append(f"MEAS:COEF? {n}," + ",".join(str(int(k)) for k in orders))
-        r = self._measure("MEAS:COEF?", lines)
-        self._sent_nuisance = nuis
+            self._set_nuisance(nuis)
+        r = self._measure("MEAS:COEF?", [f"MEAS:COEF? {n}," + ",".join(str(int(k)) for k in orders)])
         try:
             a = decode_array(r.payload, (len(self._channels), orders.size, 3))
         except ValueError as e:
@@ -494,6 +496,20 @@ class BoxRig:
         return ChannelCoefficients(coefficients=coef, variance=var, orders=orders, frequency_hz=r.header.frequency_hz,
                                    n_periods=n, elapsed_s=r.header.elapsed_s, overrange=self._overrange(r.header),
                                    epoch=r.header.epoch)
+
+    def _set_nuisance(self, nuis: tuple) -> None:
+        """Send the nuisance list and read it back (one request): a list the box did not take
+        is an InstrumentError naming the box and the box's own error, never a fit with the old one."""
+        line = "SENS:NUIS " + (",".join(fmt(x) for x in nuis) if nuis else "NONE")
+        got = self._transact("SENS:NUIS", lambda: self._ask("SENS:NUIS?", before=[line]))
+        try:
+            have = () if got.strip().upper() == "NONE" else tuple(float(x) for x in got.split(","))
+        except ValueError:
+            have = None
+        if have != nuis:
+            why = self._transact("SYST:ERR?", lambda: self._ask("SYST:ERR?"))
+            raise InstrumentError(f"{self.name}: the box did not take {line} (it reports {got!r}; SYST:ERR? {why})")
+        self._sent_nuisance = nuis
 
     def _check_record(self, rec: Record, n: int, what: str):
         f = self._demand[0]

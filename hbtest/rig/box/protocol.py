@@ -40,6 +40,7 @@ __all__ = [
     "to_int",
     "to_bool",
     "fmt",
+    "block_header",
     "encode_block",
     "decode_block",
     "reply_length",
@@ -69,6 +70,7 @@ ERRORS = {
     -221: "Settings conflict",
     -222: "Data out of range",
     -224: "Illegal parameter value",
+    -300: "Device-specific error",
     -350: "Queue overflow",
     -363: "Input buffer overrun",
     201: "Outputs disarmed",
@@ -166,12 +168,17 @@ def fmt(x) -> str:
 # -- blocks -----------------------------------------------------------------------------------
 
 
-def encode_block(payload: bytes) -> bytes:
-    """``#<d><len><payload>`` (IEEE 488.2 definite-length arbitrary block)."""
-    n = str(len(payload)).encode()
+def block_header(size: int) -> bytes:
+    """``#<d><len>``: the header of a definite-length block of ``size`` bytes."""
+    n = str(int(size)).encode()
     if len(n) > 9:
         raise ValueError("block too long for a definite-length header")
-    return b"#" + str(len(n)).encode() + n + bytes(payload)
+    return b"#" + str(len(n)).encode() + n
+
+
+def encode_block(payload: bytes) -> bytes:
+    """``#<d><len><payload>`` (IEEE 488.2 definite-length arbitrary block)."""
+    return block_header(len(payload)) + bytes(payload)
 
 
 def decode_block(buf: bytes, start: int = 0) -> tuple[bytes, int]:

@@ -33,6 +33,7 @@ from .protocol import (
     ProtocolError,
     Record,
     Status,
+    block_header,
     encode_array,
     encode_block,
     error_reply,
@@ -44,7 +45,8 @@ from .protocol import (
     to_int,
 )
 
-__all__ = ["BoxEvent", "BoxDevice", "BoxServer", "DEFAULT_WATCHDOG_S", "BUSY_WAIT_S", "POLL_S"]
+__all__ = ["BoxEvent", "BoxDevice", "BoxServer", "DEFAULT_WATCHDOG_S", "DEFAULT_IDLE_S", "BUSY_WAIT_S", "POLL_S",
+           "MAX_PERIOD_SAMPLES", "MAX_COMMAND_SAMPLES"]
 
 DEFAULT_WATCHDOG_S = 10.0  # host silence [s] after which an armed box ramps down (OUTP:PROT:WDOG)
 MAX_WATCHDOG_S = 3600.0
@@ -56,6 +58,13 @@ MAX_RAMP_PERIODS = 1000.0
 MAX_RECORD_PERIODS = 100000
 MAX_ORDER = 1000
 MAX_REPLY_DELAY_S = 60.0
+# Work bounds (instruments/README.md, "Bounds"): every command's simulated work is bounded so
+# that no command can exhaust memory or hold the box for long.
+MAX_PERIOD_SAMPLES = 1 << 16  # one period of the staged frequency: SOUR:FREQ >= rate / this
+MAX_COMMAND_SAMPLES = 1 << 21  # samples of one ramp, record or wait (419 s at 5 kHz)
+STOP_GRACE_S = 0.8  # stop(): wait at most this long for a command in progress before leaving it
+DEFAULT_IDLE_S = 300.0  # a disarmed host silent this long is disconnected (idle policy)
+SEND_STALL_S = 10.0  # a reply the host does not read for this long (watchdog off): link lost
 
 
 @dataclass(frozen=True)
@@ -93,6 +102,7 @@ class BoxDevice:
         self.trip = safety.Trip()
         self.watchdog = safety.Watchdog(watchdog_s, clock)
         self.errors: deque = deque()
+        self.stopping = threading.Event()  # set by the server's stop(): waits end at once
         self.epoch = 0
         self.armed = False
         self.demand = None  # (frequency_hz, orders, V) in force
@@ -100,11 +110,14 @@ class BoxDevice:
         self._commands = [(Mnemonic(p), getattr(self, "_" + h)) for p, h in _COMMANDS]
 
     # -- state helpers ------------------------------------------------------------------------
-    def _reset_settings(self):
+    def _reset_staging(self):
         self.staged_f = None
         self.staged_orders = None
         self.staged_V = None
         self.staged_ok = True
+
+    def _reset_settings(self):
+        self._reset_staging()
         self.limits_v = [self.max_voltage] * len(self.actuators)
         self.windows: dict[str, tuple[float, float]] = {}
         self.nuisance: tuple[float, ...] = ()
@@ -146,10 +159,18 @@ class BoxDevice:
             self._do_trip(safety.TRIP_WATCHDOG, f"no command for {self.watchdog.silent_s():.2f} s (watchdog {self.watchdog.timeout_s:g} s)")
 
     def disconnected(self) -> None:
-        """The host's connection ended: an armed box ramps down and latches the trip."""
+        """The host's connection ended: an armed box ramps down and latches the trip; what the
+        host staged is forgotten (the next host starts from a clean staging state)."""
         if self.armed:
             self._do_trip(safety.TRIP_LINK, "connection lost while armed")
         self.reply_delay = 0.0
+        self._reset_staging()
+
+    def connected(self) -> None:
+        """A new host took control: a clean staging state, the watchdog fed."""
+        self._reset_staging()
+        self.reply_delay = 0.0
+        self.watchdog.feed()
 
     def shutdown(self) -> None:
         """Server stop: ramp to zero and disarm (no trip)."""
@@ -158,6 +179,13 @@ class BoxDevice:
 
     # -- execution ----------------------------------------------------------------------------
     def execute(self, line: bytes) -> bytes | None:
+        """The reply to ``line`` (terminator included) or None."""
+        parts = self.execute_parts(line)
+        return None if parts is None else b"".join(parts)
+
+    def execute_parts(self, line: bytes) -> list | None:
+        """:meth:`execute` with the reply as a list of byte buffers to send in order (a
+        record's samples are not copied into one reply: a 28 MB record costs 28 MB, not five)."""
         self.watchdog.feed()
         text = bytes(line).rstrip(b"\r").decode("ascii", errors="replace")
         if not text.strip():
@@ -165,27 +193,53 @@ class BoxDevice:
         head, params = split_command(text)
         query = head.endswith("?")
         try:
-            if "\ufffd" in text or any(ord(c) < 32 and c != "\t" for c in text):
-                raise ProtocolError(-102, "non-ASCII or control bytes in the command")
-            for mn, handler in self._commands:
-                if mn.matches(head):
-                    break
-            else:
-                raise ProtocolError(-113, head[:40])
+            handler = self._dispatch(text, head)
             out = handler(params)
         except ProtocolError as e:
-            self.push_error(e.code, e.detail)
-            return (error_reply(e.code, e.detail) + "\n").encode() if query else None
+            return self._refuse(e.code, e.detail, query)
         except ValueError as e:  # the twin refused a value the checks above let through
-            self.push_error(-222, str(e))
-            return (error_reply(-222, str(e)) + "\n").encode() if query else None
+            return self._refuse(-222, str(e), query)
+        except Exception as e:  # noqa: BLE001 - a fault of the box itself: reply, ramp down, serve on
+            return self._internal_fault(f"{head[:40]}: {type(e).__name__}: {e}", query)
         finally:
             self.watchdog.feed()
         if not query:
             return None
+        if isinstance(out, list):
+            return out + [b"\n"]
         if isinstance(out, bytes):
-            return out + b"\n"
-        return (str(out) + "\n").encode()
+            return [out, b"\n"]
+        return [(str(out) + "\n").encode()]
+
+    def _dispatch(self, text: str, head: str):
+        """The handler of a line. A line refused before dispatch (-102 bad bytes, -113 unknown
+        header) might have been a staging line: it blocks the next apply like a failed one."""
+        try:
+            if "\ufffd" in text or any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in text):
+                raise ProtocolError(-102, "non-ASCII or control bytes in the command")
+            for mn, handler in self._commands:
+                if mn.matches(head):
+                    return handler
+            raise ProtocolError(-113, head[:40])
+        except ProtocolError:
+            self.staged_ok = False
+            raise
+
+    def _refuse(self, code: int, detail: str, query: bool) -> list | None:
+        self.push_error(code, detail)
+        return [(error_reply(code, detail) + "\n").encode()] if query else None
+
+    def _internal_fault(self, detail: str, query: bool) -> list | None:
+        """An unexpected exception while executing a command (-300): the outputs ramp to
+        zero and disarm (if the twin can still do it), the host gets the error and is served on."""
+        self._emit("error", f"device error: {detail}")
+        self.staged_ok = False
+        try:
+            self._ramp_to_zero()
+        except Exception as e:  # noqa: BLE001 - the twin is broken: nothing more to do here
+            detail += f"; ramp-down failed too ({type(e).__name__})"
+        self.armed = False
+        return self._refuse(-300, detail, query)
 
     # -- helpers for handlers ---------------------------------------------------------------------
     @staticmethod
@@ -226,6 +280,14 @@ class BoxDevice:
             raise ProtocolError(-222, f"periods must be in 1..{MAX_RECORD_PERIODS}, got {n}")
         return n
 
+    def _bound_samples(self, periods: float, f: float, what: str) -> int:
+        """Samples of ``periods`` periods at ``f`` Hz; -222 beyond MAX_COMMAND_SAMPLES."""
+        n = periods * self.fs / f
+        if not n <= MAX_COMMAND_SAMPLES:
+            raise ProtocolError(-222, f"{what} of {periods:g} periods at {f:g} Hz is {n:.4g} samples; "
+                                      f"at most {MAX_COMMAND_SAMPLES} per command")
+        return int(round(n))
+
     def _require_demand(self):
         if self.demand is None:
             raise ProtocolError(203, "apply a demand (SOUR:FREQ, SOUR:HARM, SOUR:APPL?) first")
@@ -236,12 +298,13 @@ class BoxDevice:
     def _delay(self):
         if self.reply_delay > 0:
             d, self.reply_delay = self.reply_delay, 0.0
-            time.sleep(d)
+            self.stopping.wait(d)  # a server stop ends the delay at once
 
     def _record(self, n: int):
         """Acquire ``n`` periods, check the channel windows (trip after the record), return
         (record header, data dict, t)."""
         self._require_demand()
+        self._bound_samples(n, self.demand[0], "a record")
         epoch = self.epoch
         acq = self.twin.acquire(n)
         data = {c: acq.data[c] for c in self.channels}
@@ -314,8 +377,10 @@ class BoxDevice:
         def do(p):
             self._nparams(p, 1)
             f = to_float(p[0], "frequency")
-            if not f > 0:
-                raise ProtocolError(-222, f"frequency must be positive, got {p[0]}")
+            lo, hi = self.fs / MAX_PERIOD_SAMPLES, self.fs / 2
+            if not lo <= f < hi:
+                raise ProtocolError(-222, f"frequency must be in [{lo:g}, {hi:g}) Hz (rate / {MAX_PERIOD_SAMPLES} up to "
+                                          f"the Nyquist frequency), got {p[0]}")
             self.staged_f = f
         self._staging(do, p)
 
@@ -359,6 +424,7 @@ class BoxDevice:
         if self.staged_f is None or self.staged_orders is None:
             raise ProtocolError(-221, "stage both SOUR:FREQ and SOUR:HARM")
         f, orders, V = self.staged_f, self.staged_orders, self.staged_V
+        self._bound_samples(ramp, f, "a ramp")
         if orders.max() * f >= self.fs / 2:
             raise ProtocolError(-222, f"harmonic {orders.max()} of {f:g} Hz lies above the Nyquist frequency {self.fs / 2:g} Hz")
         nonzero = bool(np.any(V != 0))
@@ -459,9 +525,10 @@ class BoxDevice:
         self._nparams(p, 1)
         n = self._periods(p[0])
         rec, data, _ = self._record(n)
-        raw = np.stack([data[c] for c in self.channels])
+        rows = [memoryview(np.ascontiguousarray(data[c], dtype="<f8")).cast("B") for c in self.channels]
+        size = sum(r.nbytes for r in rows)  # the (channels, samples) block, row by row, uncopied
         self._delay()
-        return (rec.format() + ",").encode() + encode_block(encode_array(raw))
+        return [(rec.format() + ",").encode() + block_header(size)] + rows
 
     def _wait(self, p):
         self._nparams(p, 1)
@@ -469,6 +536,7 @@ class BoxDevice:
         if not 0 <= n <= MAX_RECORD_PERIODS:
             raise ProtocolError(-222, f"periods must be in 0..{MAX_RECORD_PERIODS}")
         self._require_demand()
+        self._bound_samples(n, self.demand[0], "a wait")
         whole = int(math.floor(n))
         if whole >= 1:
             self._record(whole)  # recorded so that the channel windows are watched
@@ -563,20 +631,25 @@ _COMMANDS = (
 class BoxServer:
     """TCP server of a :class:`BoxDevice`. ``start()`` binds (``port=0``: a free port, see
     :attr:`address`) and serves in background threads; ``stop()`` ramps down, closes every
-    socket and joins the threads. Context manager."""
+    socket and returns within about a second (a command still running after
+    ``STOP_GRACE_S`` is left to finish in its daemon thread). Context manager.
+
+    Idle policy: a host that sends nothing for ``idle_s`` seconds while the box is disarmed is
+    disconnected (event ``idle``) so that it cannot hold the box forever; an armed host is the
+    watchdog's (which ramps down and disarms first). ``idle_s = 0``: never."""
 
     def __init__(self, rig_config, *, host: str = "127.0.0.1", port: int = 5025, seed: int | None = None,
-                 watchdog_s: float = DEFAULT_WATCHDOG_S, busy_wait_s: float = BUSY_WAIT_S, on_event=None):
+                 watchdog_s: float = DEFAULT_WATCHDOG_S, busy_wait_s: float = BUSY_WAIT_S,
+                 idle_s: float = DEFAULT_IDLE_S, on_event=None):
         self.on_event = on_event or (lambda e: None)
         self.device = BoxDevice(rig_config, seed=seed, watchdog_s=watchdog_s, on_event=self.on_event)
         self.host, self.port = host, int(port)
         self.busy_wait_s = float(busy_wait_s)
+        self.idle_s = float(idle_s)
         self._control = threading.Lock()
-        self._stop = threading.Event()
+        self._stop = self.device.stopping
         self._listener: socket.socket | None = None
         self._threads: list[threading.Thread] = []
-        self._conns: set = set()
-        self._conns_lock = threading.Lock()
 
     @property
     def address(self) -> tuple[str, int]:
@@ -595,14 +668,14 @@ class BoxServer:
         except OSError:
             s.close()
             raise
-        s.listen(4)
+        s.listen(socket.SOMAXCONN)  # a burst of connection attempts is queued, not retried by SYN timeouts
         s.settimeout(POLL_S)
         self._listener = s
         self.host, self.port = s.getsockname()[:2]
         t = threading.Thread(target=self._accept_loop, name="box-accept", daemon=True)
         t.start()
         self._threads.append(t)
-        self.on_event(BoxEvent("listening", f"listening on {self.host}:{self.port}", self.device.twin.elapsed_s))
+        self._event("listening", f"listening on {self.host}:{self.port}")
         return self.address
 
     def __enter__(self) -> "BoxServer":
@@ -613,18 +686,29 @@ class BoxServer:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    def _event(self, kind: str, message: str) -> None:
+        self.on_event(BoxEvent(kind, message, self.device.twin.elapsed_s))
+
     def stop(self) -> None:
-        """Stop accepting, end every connection, ramp the outputs to zero, close sockets."""
+        """Stop accepting, end every connection, ramp the outputs to zero, close sockets. Waits
+        at most ``STOP_GRACE_S`` for a command in progress (every command's work is bounded;
+        the served twin's state ends with the process)."""
         if self._stop.is_set():
             return
         self._stop.set()
         if self._listener is not None:
             self._listener.close()
+        deadline = time.monotonic() + STOP_GRACE_S
         for t in list(self._threads):
-            t.join(timeout=30)
-        with self._control:
-            self.device.shutdown()
-        self.on_event(BoxEvent("stopped", "stopped: outputs at zero, sockets closed", self.device.twin.elapsed_s))
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        if self._control.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            try:
+                self.device.shutdown()
+            finally:
+                self._control.release()
+            self._event("stopped", "stopped: outputs at zero, sockets closed")
+        else:
+            self._event("stopped", "stopped while a command was running: it is abandoned with the twin")
 
     # -- threads ------------------------------------------------------------------------------
     def _accept_loop(self):
@@ -637,44 +721,86 @@ class BoxServer:
                 break
             t = threading.Thread(target=self._handle, args=(conn, addr), name=f"box-conn-{addr[1]}", daemon=True)
             t.start()
-            self._threads.append(t)
+            self._threads = [x for x in self._threads if x.is_alive()] + [t]
+
+    def _take_control(self) -> bool:
+        deadline = time.monotonic() + self.busy_wait_s
+        while not self._stop.is_set():
+            if self._control.acquire(timeout=POLL_S):
+                return True
+            if time.monotonic() > deadline:
+                return False
+        return False
 
     def _handle(self, conn: socket.socket, addr):
         who = f"{addr[0]}:{addr[1]}"
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            deadline = time.monotonic() + self.busy_wait_s
-            got = False
-            while not self._stop.is_set() and not got:
-                got = self._control.acquire(timeout=POLL_S)
-                if not got and time.monotonic() > deadline:
-                    break
-            if not got:
-                self.device.push_error(310, f"refused {who}")
-                conn.sendall((error_reply(310, "another host is in control") + "\n").encode())
-                self.on_event(BoxEvent("refused", f"refused {who}: another host is in control", self.device.twin.elapsed_s))
+            if not self._take_control():
+                if not self._stop.is_set():
+                    self._turn_away(conn, who)
                 return
             try:
-                self.on_event(BoxEvent("connected", f"host {who} connected", self.device.twin.elapsed_s))
+                self.device.connected()
+                self._event("connected", f"host {who} connected")
                 self._serve(conn)
             finally:
                 if self._stop.is_set():
                     self.device.shutdown()
                 else:
                     self.device.disconnected()
-                self.on_event(BoxEvent("disconnected", f"host {who} disconnected", self.device.twin.elapsed_s))
+                self._event("disconnected", f"host {who} disconnected")
                 self._control.release()
         except OSError:
             pass
         finally:
             conn.close()
 
+    def _turn_away(self, conn: socket.socket, who: str) -> None:
+        """Tell a host that cannot take control: the ``!310`` line (the controlling host's
+        error queue is not touched), then a graceful close — what the host already sent is
+        read and dropped first, or closing would reset the connection before it reads the line."""
+        self._event("refused", f"refused {who}: another host is in control")
+        conn.settimeout(POLL_S)
+        if not self._send(conn, (error_reply(310, "another host is in control") + "\n").encode()):
+            return
+        conn.shutdown(socket.SHUT_WR)
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end and not self._stop.is_set():
+            try:
+                if not conn.recv(1 << 16):
+                    return
+            except socket.timeout:
+                continue
+
+    def _send(self, conn: socket.socket, data) -> bool:
+        """Deliver ``data`` to a host that may read slowly: sent piecewise under the poll
+        timeout, so a server stop is seen; the link counts as lost only when the host accepts
+        nothing for the watchdog time (SEND_STALL_S when the watchdog is off). False then."""
+        dev = self.device
+        view = memoryview(data).cast("B")
+        stall = dev.watchdog.timeout_s if dev.watchdog.enabled else SEND_STALL_S
+        last = time.monotonic()
+        while view:
+            if self._stop.is_set():
+                return False
+            try:
+                k = conn.send(view[: 1 << 20])
+            except socket.timeout:
+                if time.monotonic() - last > stall:
+                    return False
+                continue
+            view = view[k:]
+            last = time.monotonic()
+            dev.watchdog.feed()  # the host is reading: it is not silent
+        return True
+
     def _serve(self, conn: socket.socket):
         dev = self.device
         conn.settimeout(POLL_S)
-        dev.watchdog.feed()
         buf = bytearray()
         skipping = False  # discarding the rest of an over-long line
+        heard = time.monotonic()
         while not self._stop.is_set():
             nl = buf.find(b"\n")
             if nl >= 0:
@@ -686,9 +812,9 @@ class BoxServer:
                 if len(line) > MAX_LINE_BYTES:
                     dev.push_error(-363, f"line longer than {MAX_LINE_BYTES} bytes discarded")
                     continue
-                reply = dev.execute(line)
-                if reply:
-                    conn.sendall(reply)
+                reply = dev.execute_parts(line)
+                if reply and not all(self._send(conn, part) for part in reply):
+                    return
                 continue
             if len(buf) > MAX_LINE_BYTES:
                 dev.push_error(-363, f"line longer than {MAX_LINE_BYTES} bytes discarded")
@@ -698,11 +824,22 @@ class BoxServer:
                 chunk = conn.recv(1 << 16)
             except socket.timeout:
                 dev.idle()
+                if self._idle_out(heard):
+                    return
                 continue
             except OSError:
                 return
             if not chunk:
                 return
+            heard = time.monotonic()
             buf += chunk
             if skipping and b"\n" not in chunk:
                 buf.clear()
+
+    def _idle_out(self, heard: float) -> bool:
+        """The idle policy: True (and an ``idle`` event) when a disarmed host has been silent
+        for ``idle_s``."""
+        if self.idle_s <= 0 or self.device.armed or time.monotonic() - heard <= self.idle_s:
+            return False
+        self._event("idle", f"host silent for {self.idle_s:g} s while disarmed: disconnected (idle policy)")
+        return True

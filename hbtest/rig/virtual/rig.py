@@ -26,7 +26,17 @@ from .model import amplifier_input, build_model_or_config_error, input_harmonics
 from .reference import SteadyState
 from .spec import VirtualSpec
 
-__all__ = ["Demand", "VirtualRig", "open_virtual"]
+__all__ = ["Demand", "VirtualRig", "open_virtual", "MAX_CALL_SAMPLES"]
+
+MAX_CALL_SAMPLES = 1 << 31  # samples one set_demand ramp, acquire or wait may simulate
+
+
+def _sample_count(n: float, what: str) -> int:
+    """``round(n)`` for a sample count ``n``, or ValueError when it is not finite or beyond
+    MAX_CALL_SAMPLES (a frequency so low, or so many periods, that the call could never end)."""
+    if not n <= MAX_CALL_SAMPLES:
+        raise ValueError(f"{what} of {n:.4g} samples is beyond {MAX_CALL_SAMPLES} (frequency too low or too many periods)")
+    return int(round(n))
 
 
 @dataclass(frozen=True)
@@ -135,7 +145,7 @@ class VirtualRig:
         coefficients together, generator phase continuous) to the new demand. Rig time passes."""
         self._check_open()
         f, V, orders = normalise_demand(frequency_hz, voltage, orders, 2, ramp_periods)
-        if orders.max() * f >= self.fs / 2:
+        if max(int(orders.max()), 1) * f >= self.fs / 2:
             raise ValueError(f"harmonic {orders.max()} of {f:g} Hz lies above the Nyquist frequency {self.fs / 2:g} Hz")
         check_voltage(V, orders, self.config.voltage_limit_v, self.name)
         f_old = self._freq if self._freq is not None else f
@@ -144,7 +154,7 @@ class VirtualRig:
         Vn = np.zeros((2, allo.size), complex)
         Vo[:, np.searchsorted(allo, self._orders)] = self._V
         Vn[:, np.searchsorted(allo, orders)] = V
-        n_ramp = int(round(ramp_periods / f * self.fs))
+        n_ramp = _sample_count(ramp_periods / f * self.fs, "a ramp")
         if n_ramp > 0:
             if f_old == f and not self._nonlinear and not self._engine.per_sample:
                 # constant frequency, linear amplifier: the raised-cosine ramp is a sum of
@@ -202,7 +212,7 @@ class VirtualRig:
     def wait(self, n_periods: float) -> None:
         self._check_open()
         self._require_demand()
-        n = int(round(float(n_periods) * self.fs / self._freq))
+        n = _sample_count(float(n_periods) * self.fs / self._freq, "a wait")
         if n > 0:
             self._constant(n, record=False)
 
@@ -213,7 +223,7 @@ class VirtualRig:
             raise ValueError(f"n_periods must be a positive integer, got {n_periods!r}")
         n_periods = int(n_periods)
         f = self._freq
-        n = int(round(n_periods * self.fs / f))
+        n = _sample_count(n_periods * self.fs / f, "a record")
         t, volts = self._constant(n, record=True)
         data = {c: volts[i] for i, c in enumerate(self.sensors.channel_names)}
         return Acquisition(t=t, data=data, frequency_hz=f, sample_rate_hz=self.fs, n_periods=n_periods, elapsed_s=self.elapsed_s)
