@@ -407,21 +407,17 @@ class FamilyRunner:
         return rec.voltage if rec.converged else None
 
     def _carry_from(self, V: np.ndarray | None, scale: float = 1.0):
-        from .point import Carry
-
         if V is None:
-            return Carry()
+            return self.loop.new_carry()
         idx = [self.orders.index(k) for k in self.active]
         Va = np.nan_to_num(np.asarray(V)[:, idx] * scale, nan=0.0)
-        return Carry(start_V=harmonics.pack(Va, self.active).reshape(-1))
+        return self.loop.new_carry(start_V=harmonics.pack(Va, self.active).reshape(-1))
 
     def seed(self, i: int):
         """The carry for the first slot ``i`` a (resumed) run does: from the last converged
         slot before it on the same level, or the same grid point of the previous level."""
-        from .point import Carry
-
         if i <= 0:
-            return Carry()
+            return self.loop.new_carry()
         if self.levels[i] != self.levels[i - 1]:
             return self.level_carry(i)
         done = self.store.done()
@@ -430,7 +426,7 @@ class FamilyRunner:
                 break
             if done[j]:
                 return self._carry_from(self._stored_voltage(j))
-        return Carry()
+        return self.loop.new_carry()
 
     def level_carry(self, i: int):
         """The carry at the first slot of a level: the previous level's converged voltage at
@@ -447,7 +443,7 @@ class FamilyRunner:
         from .sensors import EXCLUDED_MAX_ORDER
 
         ks, fr = harmonic_power_fractions(out.final.acq, self.loop.layout, max(max(self.orders), EXCLUDED_MAX_ORDER),
-                                          self.settings.force_method, self.loop.profile.reject_mains)
+                                          self.settings.force_method, self.loop.rule.reject_mains)
         worst = {int(k): float(np.nanmax(fr[:, j])) if np.isfinite(fr[:, j]).any() else np.nan for j, k in enumerate(ks)}
         for k, v in numerical_power_fractions(self.ns, float(out.frequency_hz), self.active, self.orders, out.final.meas.force,
                                               self.loop.force_vector).items():
@@ -467,7 +463,6 @@ class FamilyRunner:
         outcome is over :attr:`active`; build its record over those orders and pass it to
         :meth:`finish`."""
         from .events import Notice
-        from .point import Carry
 
         f = float(self.freqs[i])
         if i > 0 and self.levels[i] != self.levels[i - 1]:
@@ -488,10 +483,10 @@ class FamilyRunner:
             self.active = tuple(sorted(set(self.active) | set(new)))
             self.loop = self._make_loop()
             self.loop.force_vector = self.F0 * (self.amps[i] / self.amp0)
-            carry = self._carry_from(V_old) if V_old is not None else Carry()
+            carry = self._carry_from(V_old) if V_old is not None else self.loop.new_carry()
             rig_periods = out.rig_periods
             out = self.loop.run(f, carry)
-            out.rig_periods += rig_periods  # the first measurement is rig time of this point too
+            out = replace(out, rig_periods=out.rig_periods + rig_periods)  # the first measurement is rig time of this point too
         return out, carry
 
     def finish(self, i: int, out, rec):

@@ -9,9 +9,10 @@ calibration lives in the rig's :class:`~hbtest.sensors.SensorLayout`.
 
 Kinds of rig (``[rig].kind`` of a rig file: virtual, box, scpi) are registered in
 :mod:`hbtest.rig.registry`; :func:`open_rig` opens the one a parsed rig file names. A rig that
-averages on the device may also offer ``acquire_coefficients(n_periods, orders,
-nuisance_hz=()) -> ChannelCoefficients`` (the point loop uses it when offered, raw samples
-otherwise).
+averages on the device declares it by offering ``acquire_coefficients`` (the
+:class:`~hbtest.rig.capabilities.DeviceAveraging` protocol; the point loop uses it when
+offered, raw samples otherwise); the other optional capabilities (known modes, trips, exact
+reference, known physical side) are the small protocols of :mod:`hbtest.rig.capabilities`.
 """
 
 from __future__ import annotations
@@ -63,8 +64,7 @@ class ChannelCoefficients:
     epoch: int | None = None  # demand epoch the record belongs to
 
 
-# a rig offers it by having this method:
-#   def acquire_coefficients(self, n_periods: int, orders, nuisance_hz=()) -> ChannelCoefficients
+# a rig that averages on the device offers acquire_coefficients: hbtest.rig.capabilities.DeviceAveraging
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import numpy as np
 
 from ...numerical import NonlinearSubstructure
 from ...substructure import Substructure, join_beams
+from ..capabilities import ExactReference
 from .model import Model
 from .reference import ps_substructure
 
@@ -106,15 +107,7 @@ def sweep_reference(rig, ns):
     None when the rig has none (real instruments); the linear closed form when both sides are
     linear; else a :class:`SweepReference` (harmonic balance of the joined nonlinear structure,
     continued along the sweep). The callable takes ``(substructure, force_vector,
-    frequency_hz, orders)`` and returns the interface displacement (2, n_orders)."""
-    if not hasattr(rig, "emulated_interface_response"):
-        return None
-    model = getattr(rig, "model", None)
-    ps_nonlinear = model is not None and bool(model.spec.nonlinear)
-    ns_nonlinear = not getattr(ns, "is_linear", True)
-    if not (ps_nonlinear or ns_nonlinear):
-        return rig.emulated_interface_response
-    if model is None:
-        return None
-    return SweepReference(model, ns)
+    frequency_hz, orders)`` and returns the interface displacement (2, n_orders): the rig's own
+    :meth:`~hbtest.rig.capabilities.ExactReference.sweep_reference`."""
+    return rig.sweep_reference(ns) if isinstance(rig, ExactReference) else None
 
