@@ -78,6 +78,7 @@ __all__ = [
 ]
 
 from .config.family import AUTO_THRESHOLD, MAX_AUTO_HARMONIC, read_family_fields
+from .store.run import sweep_legs
 
 def store_orders(sweep, sample_rate_hz: float | None = None) -> tuple[int, ...]:
     """The harmonic orders a store allocates: ``sweep.harmonics``; with ``"auto"`` the
@@ -111,23 +112,10 @@ def slot_amplitudes(sweep, amplitude_n: float) -> np.ndarray:
     return levels[slot_levels(sweep)]
 
 
-def _grid_legs(f: np.ndarray) -> np.ndarray:
-    leg = np.zeros(f.size, dtype=np.int64)
-    direction, current = 0, 0
-    for i in range(1, f.size):
-        step = np.sign(f[i] - f[i - 1])
-        if step != 0:
-            if direction != 0 and step != direction:
-                current += 1
-            direction = step
-        leg[i] = current
-    return leg
-
-
 def slot_legs(sweep) -> np.ndarray:
     """Leg of every slot: the legs of one grid (+1 at each reversal of direction), the
     levels' legs numbered on after each other."""
-    g = _grid_legs(sweep.grid_hz)
+    g = sweep_legs(sweep.grid_hz).astype(np.int64)
     n_lev = max(1, len(sweep.force_levels))
     return np.concatenate([g + lev * (int(g.max()) + 1) for lev in range(n_lev)])
 
@@ -356,9 +344,8 @@ class FamilyRunner:
     store's orders. ``progress`` receives :class:`hbtest.events.Notice` events when a
     harmonic is activated."""
 
-    def __init__(self, cfg, store, rig, ns, force_vector, settings, progress=None, reference=None, record=None):
+    def __init__(self, cfg, store, rig, ns, force_vector, settings, progress=None):
         self.cfg = cfg
-        self.record = record  # (outcome, orders, n_act, amplitude, reference) -> PointRecord: hbtest.sweep.point_record
         self.store = store
         self.rig = rig
         self.ns = ns
@@ -372,7 +359,6 @@ class FamilyRunner:
         self.settings = settings
         self.auto = bool(getattr(cfg.sweep, "auto_harmonics", False))
         self.progress = progress or (lambda *_: None)
-        self.reference = reference
         self.active = self._resumed_active()
         self.voltages: dict[int, np.ndarray] = {}  # slot -> converged voltage (n_act, n_store_orders)
         self.loop = self._make_loop()
@@ -506,12 +492,3 @@ class FamilyRunner:
         if out.converged:
             self.voltages[i] = rec.voltage
         return rec
-
-    def run_point(self, i: int, carry):
-        """:meth:`run` then :meth:`finish` with the ``record`` callable and the reference given
-        at construction; returns ``(outcome, record over the store's orders, carry)``."""
-        out, carry = self.run(i, carry)
-        act = np.asarray(self.active)
-        f = float(self.freqs[i])
-        ref = self.reference(self.ns.substructure, self.loop.force_vector, f, act) if self.reference is not None else None
-        return out, self.finish(i, out, self.record(out, act, self.n_act, float(self.amps[i]), ref)), carry

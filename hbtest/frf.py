@@ -100,6 +100,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .sync import sync_ratio_phase
+
 __all__ = [
     "frf",
     "frf_dataset",
@@ -354,16 +356,12 @@ class SyncRow:
 def sync_metrics(U_P, U_N, frequency_hz: float, harmonic: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """(delay [s], relative amplification [1]) of ``U_P`` against ``U_N`` (complex
     coefficients, broadcast) at harmonic ``harmonic`` of ``frequency_hz``. The phase is taken
-    in (-pi, pi], so delays are unambiguous up to half a period of that harmonic."""
+    in (-pi, pi], so delays are unambiguous up to half a period of that harmonic
+    (:func:`hbtest.sync.sync_ratio_phase`, as the store's sync metrics)."""
     if harmonic <= 0:
         raise ValueError("delays are defined for harmonic orders k >= 1")
-    U_P = np.asarray(U_P, dtype=complex)
-    U_N = np.asarray(U_N, dtype=complex)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = U_P / U_N
-        delay = -np.angle(ratio) / (2 * np.pi * harmonic * frequency_hz)
-        amp = np.abs(ratio) - 1.0
-    return delay, amp
+    ratio, phase_deg = sync_ratio_phase(U_P, U_N)  # the stored sync metrics' own (NaN where U_N is 0)
+    return -np.radians(phase_deg) / (2 * np.pi * harmonic * frequency_hz), ratio - 1.0
 
 
 def sync_table(ds, index: int, harmonics=None) -> list[SyncRow]:

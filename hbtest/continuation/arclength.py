@@ -76,6 +76,10 @@ from .settings import ArclengthSettings
 
 __all__ = ["HybridArclength", "TracedPoint", "hermite_extremum"]
 
+#: each evaluation settles to this fraction of the residual level the point needs: the hbtest
+#: profile's own constant (one declaration)
+SETTLE_FRACTION = HbtestProfile.settle_fraction
+
 
 @dataclass
 class TracedPoint:
@@ -183,7 +187,7 @@ class HybridArclength:
         """``Gz`` by finite differences at evaluation ``e``: each voltage (the point loop's
         :meth:`~PointLoop.finite_differences`) and the frequency."""
         lp = self.loop
-        tol = self.s.settle_fraction * self.r_target
+        tol = SETTLE_FRACTION * self.r_target
         _, G = lp.finite_differences(num, e, history, tol)
         f = num.frequency_hz
         df = self.s.frequency_fd_fraction * self.f_scale * (1 if f + self.s.frequency_fd_fraction * self.f_scale <= self.hi else -1)
@@ -236,7 +240,7 @@ class HybridArclength:
         if isinstance(carry, HbtestCarry) and carry.G is not None:
             f = num.frequency_hz
             df = self.s.frequency_fd_fraction * self.f_scale * self.direction
-            ef = lp.evaluate(self.numerical_side(f + df), e.V, self.s.settle_fraction * self.r_target, kind="finite_difference")
+            ef = lp.evaluate(self.numerical_side(f + df), e.V, SETTLE_FRACTION * self.r_target, kind="finite_difference")
             history.append(ef)
             self.Gz = np.hstack([carry.G * self.v_scale, ((ef.Y - e.Y) / df * self.f_scale)[:, None]])
         else:
@@ -261,7 +265,7 @@ class HybridArclength:
         lp = self.loop
         self.pending_t0 = lp.rig.elapsed_s
         num = self.numerical_side(float(f[-1]))
-        e = lp.evaluate(num, V[-1], self.s.settle_fraction * self.r_target, kind="start")
+        e = lp.evaluate(num, V[-1], SETTLE_FRACTION * self.r_target, kind="start")
         self.pending.append(e)
         self._measure_jacobian(num, e, self.pending)
         self.z, self.e = self.scale(e.V, float(f[-1])), e
@@ -309,7 +313,7 @@ class HybridArclength:
             # the rig Jacobian may have drifted: re-measure it at the last point of the curve
             V0, f0 = self.unscale(z0)
             num0 = self.numerical_side(f0)
-            e0 = lp.evaluate(num0, V0, self.s.settle_fraction * self.r_target, kind="start")
+            e0 = lp.evaluate(num0, V0, SETTLE_FRACTION * self.r_target, kind="start")
             history.append(e0)
             self._measure_jacobian(num0, e0, history)
             self.e = e0
@@ -365,7 +369,7 @@ class HybridArclength:
             V, f = self.unscale(z)
             num = self.numerical_side(f)
             self._last_num = num
-            raw = lp.evaluate(num, V, self.s.settle_fraction * self.r_target, kind="start" if it == 1 else "iteration",
+            raw = lp.evaluate(num, V, SETTLE_FRACTION * self.r_target, kind="start" if it == 1 else "iteration",
                               noise_target=self._noise_target(pooled_noise))
             history.append(raw)
             z = self.scale(raw.V, f)  # clipped to the voltage limit where the demand was beyond it

@@ -25,6 +25,7 @@ from .. import estimators, harmonics, solver
 from ..errors import RigTrip
 from ..rig import ChannelCoefficients
 from ..rig.capabilities import DeviceAveraging, KnownModes
+from ..rig.safety import ADC_FULL_SCALE_FRACTION, overrange_channels
 from ..sensors import EXCLUDED_MAX_ORDER, InterfaceMeasurement, excluded_energy_fraction, measure_interface, measure_interface_from_coefficients
 from .base import Carried, PointResult, get_profile
 from .numerical import NumericalSide
@@ -40,7 +41,8 @@ STOP_REASONS = ("converged", "iteration_limit", "voltage_limit", "overrange", "t
 EVALUATION_KINDS = ("start", "iteration", "line_search", "finite_difference")
 
 #: a channel whose |sample| reaches this fraction of the ADC full scale is taken as clipped
-OVERRANGE_FRACTION = 0.999
+#: (:func:`hbtest.rig.safety.overrange_channels`)
+OVERRANGE_FRACTION = ADC_FULL_SCALE_FRACTION
 #: prior scale of a zero row of the rig Jacobian when pooling, relative to its largest entry
 POOL_ROW_FLOOR = 1e-6
 
@@ -317,11 +319,7 @@ class PointLoop:
             return measure_interface_from_coefficients(rec, self.layout, self.orders, self.s.force_method), tuple(rec.overrange), None
         acq = self.rig.acquire(int(n_periods))
         meas = measure_interface(acq, self.layout, self.orders, self.s.force_method, reject_mains=reject)
-        over = set(getattr(acq, "overrange", ()))
-        if self.input_range:
-            limit = OVERRANGE_FRACTION * self.input_range
-            over |= {n for n, x in acq.data.items() if np.max(np.abs(x)) >= limit}
-        return meas, tuple(sorted(over)), acq
+        return meas, self._overrange([acq]), acq
 
     def transient_modes(self):
         """The system's eigenvalues [rad/s] a transient fit needs, or None when this rig does
@@ -350,16 +348,19 @@ class PointLoop:
             fit_orders = np.array(sorted({0, *range(1, top + 1), *self.orders.tolist()}))
         keep = np.searchsorted(fit_orders, self.orders)
         tf = estimators.fit_through_transient(t, x, f, fit_orders, modes, t0=float(clock[0]), nuisance_hz=nuisance, clock=clock)
-        over = set()
-        for a in records:
-            over |= set(getattr(a, "overrange", ()))
-            if self.input_range:
-                limit = OVERRANGE_FRACTION * self.input_range
-                over |= {n for n, xx in a.data.items() if np.max(np.abs(xx)) >= limit}
+        over = self._overrange(records)
         n_periods = int(sum(a.n_periods for a in records))
         rec = ChannelCoefficients({c: tf.coefficients[i, keep] for i, c in enumerate(names)}, {c: tf.variance[i, keep] for i, c in enumerate(names)},
-                                  self.orders, f, n_periods, records[-1].elapsed_s, tuple(sorted(over)))
-        return measure_interface_from_coefficients(rec, self.layout, self.orders, self.s.force_method), tuple(sorted(over))
+                                  self.orders, f, n_periods, records[-1].elapsed_s, over)
+        return measure_interface_from_coefficients(rec, self.layout, self.orders, self.s.force_method), over
+
+    def _overrange(self, records: list) -> tuple:
+        """Channels clipped in any of the raw ``records``: reported by the instrument, or at
+        the ADC full scale (:func:`~hbtest.rig.safety.overrange_channels`), sorted."""
+        over: set = set()
+        for a in records:
+            over |= set(a.overrange) | set(overrange_channels(a.data, self.input_range))
+        return tuple(sorted(over))
 
     def _apply(self, f: float, V: np.ndarray):
         """Clip ``V`` to the voltage limit and ramp the rig to it: (V, clipped, rig time before,

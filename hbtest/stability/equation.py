@@ -115,10 +115,6 @@ class DelayEquation:
         return np.array([t.delay for t in self.terms])
 
     @property
-    def max_delay(self) -> float:
-        return float(self.delays.max())
-
-    @property
     def order(self) -> int:
         """2 for second-order (some M_k nonzero), else 1."""
         return 2 if any(np.any(t.M != 0) for t in self.terms) else 1

@@ -216,8 +216,9 @@ _DTYPE = {"c": np.complex128, "f": np.float64, "i": np.int32, "b": np.bool_, "s"
 _FILL = {"c": _CNAN, "f": np.nan, "i": -1, "b": False, "s": ""}
 
 
-def _legs(f: np.ndarray) -> np.ndarray:
-    """Sweep leg of each slot: increments when the direction of the frequency steps reverses."""
+def sweep_legs(f: np.ndarray) -> np.ndarray:
+    """Sweep leg of each slot (int8): increments when the direction of the frequency steps
+    reverses; equal neighbours and open slots (NaN) continue the leg."""
     leg = np.zeros(f.size, dtype=np.int8)
     direction = 0
     current = 0
@@ -454,7 +455,7 @@ class RunStore:
             if lv.shape != f.shape or not np.all(np.isfinite(lv)) or np.any(lv <= 0):
                 raise ValueError("force_levels must give a positive amplitude for every frequency slot")
             family_coords["force_level"] = ("frequency", lv, {"units": "N", "long_name": "external force amplitude of the slot's level (stepped-force family)"})
-        leg_values = _legs(f) if legs is None else np.asarray(legs, dtype=np.int64)
+        leg_values = sweep_legs(f) if legs is None else np.asarray(legs, dtype=np.int64)
         if leg_values.shape != f.shape:
             raise ValueError("legs must give a leg for every frequency slot")
         raw_coords = {}

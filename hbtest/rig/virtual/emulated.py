@@ -30,18 +30,13 @@ from ..capabilities import ExactReference
 from .model import Model
 from .reference import ps_substructure
 
-__all__ = ["REFERENCE_MAX_ORDER", "ps_elements", "emulated_structure", "joined_force_vector", "SweepReference", "sweep_reference"]
+__all__ = ["REFERENCE_MAX_ORDER", "emulated_structure", "joined_force_vector", "SweepReference", "sweep_reference"]
 
 #: harmonics 0 .. this order in the exact reference of a nonlinear emulated structure (a
 #: penalty contact's force spectrum decays slowly, ~1/k^2: at the contact-tip sweep's
 #: resonance, solving 0..12 instead of 0..24 changes harmonics 0-3 of the interface by 2e-4
 #: of the fundamental, 0..48 instead of 0..24 by 4e-5)
 REFERENCE_MAX_ORDER = 24
-
-
-def ps_elements(model: Model) -> tuple:
-    """The twin's PS nonlinear elements on its own beam (DOF names of ``model.beam``)."""
-    return tuple(e.build(model.beam) for e in model.spec.nonlinear)
 
 
 def _linear_part(ns) -> Substructure:
