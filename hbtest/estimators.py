@@ -1,4 +1,4 @@
-"""Steady-state estimators that do not wait for the transient to die (issue 16).
+"""Steady-state estimators that do not wait for the transient to die.
 
 After a demand change has finished ramping, a linear rig's channels are exactly
 

@@ -1,4 +1,4 @@
-"""Stepped-force families, their backbone, and automatic harmonic selection (issue 15).
+"""Stepped-force families, their backbone, and automatic harmonic selection.
 
 Units: SI (force amplitudes [N], frequencies [Hz], interface displacement [m] / rotation
 [rad]); coefficients follow :mod:`hbtest.harmonics` (``X_k = a_k - i b_k``, amplitude ``|X_k|``).
@@ -79,6 +79,7 @@ __all__ = [
 
 from .config.family import AUTO_THRESHOLD, MAX_AUTO_HARMONIC, read_family_fields
 from .store.run import sweep_legs
+
 
 def store_orders(sweep, sample_rate_hz: float | None = None) -> tuple[int, ...]:
     """The harmonic orders a store allocates: ``sweep.harmonics``; with ``"auto"`` the

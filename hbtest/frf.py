@@ -8,7 +8,7 @@
 - :func:`fit_resonance` / :func:`resonance` / :func:`compare_resonance` — natural frequency
   and damping ratio from a rational fit near the peak (method below).
 - :func:`sync_table` — synchronisation of the PS interface signals against their NS demand
-  at a converged point (SPEC §4): delay ``-arg(U_P/U_N) / (2 pi k f)`` and relative
+  at a converged point (docs/method.md §4): delay ``-arg(U_P/U_N) / (2 pi k f)`` and relative
   amplification ``|U_P|/|U_N| - 1``.
 - :func:`frf_uncertainty` / :func:`uncertainty_coverage` — first-order standard uncertainty of
   every measured FRF point from the measured noise, the calibration record's uncertainties and

@@ -1,5 +1,5 @@
 """A frequency sweep: points in order, continuation between them, one store slot per point,
-progress events, safe interruption and resume (SPEC §2).
+progress events, safe interruption and resume (docs/method.md §2).
 
 Safety and data (what a run guarantees):
 
@@ -37,10 +37,19 @@ from pathlib import Path
 import numpy as np
 
 from . import harmonics
-from .harmonics import NYQUIST_MARGIN
 from .config import SweepConfig, load_rig, load_sweep
 from .errors import InstrumentError, LimitExceeded, RigFault, StoreWriteError, Terminated, UserError
-from .events import LockTakenOver, Notice, PlotWritten, PointFinished, PointMoved, RunFinished, RunStarted, StopRequested
+from .events import (
+    LockTakenOver,
+    Notice,
+    PlotWritten,
+    PointFinished,
+    PointMoved,
+    RunFinished,
+    RunStarted,
+    StopRequested,
+)
+from .harmonics import NYQUIST_MARGIN
 from .point import PointOutcome, PointSettings
 from .rig import open_rig
 from .rig.capabilities import ExactReference, Trips
@@ -107,7 +116,6 @@ def check_run(cfg: SweepConfig, rig_cfg) -> None:
     harmonics at or near the rig's Nyquist frequency, acquisitions too large for memory,
     more points than a store holds. Each refusal names the file and key and says why."""
     from .errors import ConfigError
-
     from .family import store_orders
 
     src = cfg.source.path

@@ -1,4 +1,4 @@
-"""Channels declared by the rig file (issue 12): roles, any number of lasers and gauges,
+"""Channels declared by the rig file: roles, any number of lasers and gauges,
 per-channel skew (reduction and twin), actuator counts, and the layout's store record.
 
 Evidence: exact answers (rigid-body laser readings, a linear moment, a true Euler–Bernoulli

@@ -1,4 +1,4 @@
-"""Per-harmonic balance (issue 15): each solved harmonic judged on its own scale, the
+"""Per-harmonic balance: each solved harmonic judged on its own scale, the
 excluded-energy fraction of the interface motion, and the two-harmonic acceptance sweep
 against the twin's exact emulated structure (force at k = 1 only: exact second harmonic 0)."""
 

@@ -1,4 +1,4 @@
-"""Issue 16: a point reported at the solution of its pooled affine fit, with a stated
+"""a point reported at the solution of its pooled affine fit, with a stated
 uncertainty, and the recursive rig Jacobian behind it.
 
 Evidence: the twin's exact emulated structure (noise-free: the estimate from two evaluations

@@ -1,5 +1,5 @@
 """``hbtest classical {sdof,chain}``: a time-domain classical real-time hybrid test with a
-delay compensator (SPEC §4). The work is done by :func:`hbtest.classical.run_loop`; this
+delay compensator (docs/method.md §4). The work is done by :func:`hbtest.classical.run_loop`; this
 module parses, checks flags and prints (and holds the flag checks ``hbtest compare`` shares).
 
 ``classical sdof``: the single oscillator split at its spring (``m z'' + c z' + k z +

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -67,15 +67,22 @@ class WindowRule(Protocol):
     the loop once (:meth:`SolverProfile.window_rule`). Periods are forcing periods; noises,
     norms and tolerances are displacement-form residual figures [m]."""
 
-    #: estimate and subtract the known mains frequencies in the harmonic fit
-    reject_mains: bool
-    #: fit the steady state through the transient (known modes) instead of waiting, where
-    #: the rig offers raw records and its modes
-    fit_transient: bool
-    #: least number of windows of a waiting evaluation (the settling check needs two)
-    min_windows: int
-    #: settle on the change of the force-form residual [N] instead of the displacement form
-    settle_on_force: bool
+    @property
+    def reject_mains(self) -> bool:
+        """Estimate and subtract the known mains frequencies in the harmonic fit."""
+
+    @property
+    def fit_transient(self) -> bool:
+        """Fit the steady state through the transient (known modes) instead of waiting, where
+        the rig offers raw records and its modes."""
+
+    @property
+    def min_windows(self) -> int:
+        """Least number of windows of a waiting evaluation (the settling check needs two)."""
+
+    @property
+    def settle_on_force(self) -> bool:
+        """Settle on the change of the force-form residual [N] instead of the displacement form."""
 
     def initial_window(self) -> int: ...
 
@@ -140,8 +147,12 @@ class PoolingProfile(Protocol):
     def harmonics_balanced(self, loop, num, e) -> bool: ...
 
 
-class SolverProfile(abc.ABC):
-    """A way of iterating one point: its window rule, its carried state and its iteration."""
+C = TypeVar("C", bound=Carried)
+
+
+class SolverProfile(abc.ABC, Generic[C]):
+    """A way of iterating one point: its window rule, its carried state (``C``) and its
+    iteration."""
 
     name = ""
 
@@ -149,26 +160,26 @@ class SolverProfile(abc.ABC):
         """The frozen window rule of this profile under the point settings ``s``."""
         return FixedWindows(s.averaging_periods, s.max_settle_windows, s.min_window_periods)
 
-    def new_carry(self, start_V: np.ndarray | None = None) -> Carried:
+    @abc.abstractmethod
+    def new_carry(self, start_V: np.ndarray | None = None) -> C:
         """The state a sweep carries along its points, empty (``start_V``: see :class:`Carried`)."""
-        return Carried(start_V=start_V)
 
     @abc.abstractmethod
-    def run(self, loop, num, carry: Carried, history: list) -> PointResult:
+    def run(self, loop, num, carry: C, history: list) -> PointResult:
         """Iterate one point on the measuring part ``loop`` at the numerical side ``num``;
         append every rig evaluation to ``history``; update ``carry`` for the next point."""
 
 
-PROFILES: dict[str, type[SolverProfile]] = {}
+PROFILES: dict[str, type[SolverProfile[Any]]] = {}
 
 
-def register_profile(cls: type[SolverProfile]) -> type[SolverProfile]:
+def register_profile(cls: type[SolverProfile[Any]]) -> type[SolverProfile[Any]]:
     """Class decorator: make a profile available under ``cls.name``."""
     PROFILES[cls.name] = cls
     return cls
 
 
-def get_profile(name: str) -> SolverProfile:
+def get_profile(name: str) -> SolverProfile[Any]:
     try:
         return PROFILES[name]()
     except KeyError:

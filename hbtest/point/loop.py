@@ -1,4 +1,4 @@
-"""One frequency point of the iterative hybrid test (SPEC §2): the machinery.
+"""One frequency point of the iterative hybrid test (docs/method.md §2): the machinery.
 
 Apply a demand, settle, measure the PS interface through the sensors, form the residual
 against the numerical substructure. *How* the voltages are iterated (Jacobian, steps, windows,
@@ -26,7 +26,13 @@ from ..errors import RigTrip
 from ..rig import ChannelCoefficients
 from ..rig.capabilities import DeviceAveraging, KnownModes
 from ..rig.safety import ADC_FULL_SCALE_FRACTION, overrange_channels
-from ..sensors import EXCLUDED_MAX_ORDER, InterfaceMeasurement, excluded_energy_fraction, measure_interface, measure_interface_from_coefficients
+from ..sensors import (
+    EXCLUDED_MAX_ORDER,
+    InterfaceMeasurement,
+    excluded_energy_fraction,
+    measure_interface,
+    measure_interface_from_coefficients,
+)
 from .base import Carried, PointResult, get_profile
 from .numerical import NumericalSide
 
@@ -238,7 +244,7 @@ class PointLoop:
         self.p = harmonics.packed_size(self.orders)
         self.progress = progress
         self.window = self.rule.initial_window()
-        self._scaleY = None
+        self._scaleY: np.ndarray | None = None
         self._modes = None
 
     # -- packing helpers -------------------------------------------------------------------
@@ -547,23 +553,31 @@ class PointLoop:
         sd = prior_fraction * np.maximum(rowmax, floor) * np.ones_like(G)
         where = V[-1] if at is None else np.asarray(at, dtype=float)
         pl = estimators.pool_affine(V, Y, var, where, G, sd, prior_cov=prior_cov)
-        n = 2 * self.p
-        scaleY = self.output_scale(num)
-        def unpack(v):
-            return harmonics.unpack(v.reshape(2, self.p), self.orders)
-        def unpack_var(v):
-            u = unpack(v)
-            return np.real(u) - np.imag(u)
-        meas = InterfaceMeasurement(self.orders, unpack(pl.value[:n] / scaleY[:n]), unpack(pl.value[n:] / scaleY[n:]),
-                                    unpack_var(pl.variance[:n] / scaleY[:n] ** 2), unpack_var(pl.variance[n:] / scaleY[n:] ** 2),
-                                    int(sum(evaluations[j].meas.n_periods for j in pl.used)),
-                                    # the raw channels stay the last window's own (re-reduction input)
-                                    raw_channels=getattr(last.meas, "raw_channels", None))
+        meas = self._pooled_measurement(num, pl, int(sum(evaluations[j].meas.n_periods for j in pl.used)), last)
         U_N, R, vec, noise = self.residual(num, meas)
         est = replace(last, meas=meas, U_N=U_N, R=R, norm=self.norm(R), vector=vec, Y=pl.value.copy(), noise=noise)
         if at is not None and demands is None:
             est = replace(est, V=where.copy())
         return Pooled(est, pl.jacobian, pl.jacobian_cov)
+
+    def _pooled_measurement(self, num: NumericalSide, pl, n_periods: int, last: Evaluation) -> InterfaceMeasurement:
+        """The interface measurement a pool estimates (:class:`hbtest.estimators.AffinePool`
+        ``pl``: packed, weighted outputs and variances) over ``n_periods`` periods; the raw
+        channels stay the ``last`` window's own (re-reduction input)."""
+        n = 2 * self.p
+        scaleY = self.output_scale(num)
+
+        def unpack(v):
+            return harmonics.unpack(v.reshape(2, self.p), self.orders)
+
+        def unpack_var(v):
+            u = unpack(v)
+            return np.real(u) - np.imag(u)
+
+        return InterfaceMeasurement(self.orders, unpack(pl.value[:n] / scaleY[:n]), unpack(pl.value[n:] / scaleY[n:]),
+                                    unpack_var(pl.variance[:n] / scaleY[:n] ** 2),
+                                    unpack_var(pl.variance[n:] / scaleY[n:] ** 2), n_periods,
+                                    raw_channels=getattr(last.meas, "raw_channels", None))
 
     def force_residual(self, num: NumericalSide, meas) -> np.ndarray:
         """The force-form residual ``D_N U_P + F_P - F_e``, packed, in newtons: force rows in N,

@@ -1,4 +1,4 @@
-"""The numerical side of one frequency point (SPEC §2): ``D_N(ikW)`` and the condensed
+"""The numerical side of one frequency point (docs/method.md §2): ``D_N(ikW)`` and the condensed
 external force, and the numerical interface displacement ``U_N`` the numerical substructure
 answers to the measured interface force ``F_P``.
 

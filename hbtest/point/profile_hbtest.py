@@ -43,6 +43,12 @@ class HbtestCarry(Carried):
     G_cov: np.ndarray | None = None
     r_target: float | None = None
 
+    @property
+    def jacobian(self) -> np.ndarray:
+        """``G``, once measured (every phase after :meth:`HbtestProfile.jacobian`)."""
+        assert self.G is not None, "the rig Jacobian is measured in the point's jacobian phase"
+        return self.G
+
 
 @dataclass(frozen=True)
 class NoiseSized:
@@ -159,7 +165,7 @@ class Stop:
 
 
 @register_profile
-class HbtestProfile(SolverProfile):
+class HbtestProfile(SolverProfile[HbtestCarry]):
     """hbtest's own profile: rig Jacobian by finite differences then good Broyden updates,
     predicted starts, noise-sized windows fitted through the transient. Stops when the whole
     residual norm is below ``tolerance``, the estimated interface error within ``accuracy``,
@@ -360,7 +366,7 @@ class HbtestProfile(SolverProfile):
         U = harmonics.unpack((Y[:n] / scaleY[:n]).reshape(2, loop.p), loop.orders)
         F = harmonics.unpack((Y[n:] / scaleY[n:]).reshape(2, loop.p), loop.orders)
         _, _, vec, _ = loop.residual(num, Measured(U, F))
-        J = loop.residual_jacobian_from_G(num, carry.G, at=Measured(U, F))
+        J = loop.residual_jacobian_from_G(num, carry.jacobian, at=Measured(U, F))
         return loop.clip(V_prev + solver.limit_step(solver.newton_step(J, vec), self.prediction_step_factor * loop.s.max_step_v))
 
     def error_estimate(self, loop: PointLoop, num: NumericalSide, G: np.ndarray, e: Evaluation) -> tuple[float, float, np.ndarray]:
@@ -571,7 +577,7 @@ class HbtestProfile(SolverProfile):
             loop.finite_differences(num, raw, history, self.settle_tolerance(loop, carry))
             carry.G = loop.pool(num, history, prior, self.pool_prior_fraction, prior_cov=prior_cov).jacobian
         here = [h for h in history if np.array_equal(h.V, raw.V)] or [raw]
-        e = loop.pool(num, here, carry.G, self.pool_prior_fraction).evaluation
+        e = loop.pool(num, here, carry.jacobian, self.pool_prior_fraction).evaluation
         solve = loop.s.accuracy > 0 and self.single_harmonic(loop)
         return Walk(history, raw, e, prior, prior_cov, prior_cov, solve)
 
@@ -580,11 +586,11 @@ class HbtestProfile(SolverProfile):
         residual level the point needs (``carry.r_target``) from the accuracy, the stated
         uncertainty of the pooled-fit solution where it applies, and the per-harmonic rule."""
         s, e = loop.s, w.e
-        err, amp, dV = self.error_estimate(loop, num, carry.G, e)
+        err, amp, dV = self.error_estimate(loop, num, carry.jacobian, e)
         U = loop.displacement_amplitude(e)
         sol = None
         if w.solve and e.norm < s.tolerance:
-            sol = self.solution_estimate(loop, num, w.history, w.prior, w.prior_cov, carry.G, e)
+            sol = self.solution_estimate(loop, num, w.history, w.prior, w.prior_cov, carry.jacobian, e)
             if sol is not None and sol.sigma_here > 0 and e.noise > 0:
                 amp = sol.sigma_here / e.noise  # displacement noise of the estimate per unit residual noise
         if sol is not None and sol.sigma_here > 0:
@@ -619,13 +625,13 @@ class HbtestProfile(SolverProfile):
         w.history.append(w.raw)
         dVm, dY = w.raw.V - prev_raw.V, w.raw.Y - prev_raw.Y
         if solver.informative(dY, max(prev_raw.noise, w.raw.noise) / np.sqrt(dY.size)):
-            carry.G = solver.good_broyden_update(carry.G, dVm, dY)
+            carry.G = solver.good_broyden_update(carry.jacobian, dVm, dY)
         # prior mean: in a linear (single-harmonic) test the point's own start Jacobian, so
         # the pool counts each measurement once; in a multi-harmonic one (a nonlinear
         # specimen) the Jacobian after the latest secant, the local slope. Its covariance:
         # the carried posterior's (:meth:`point_prior`) or the entrywise one
         if not w.solve:
-            w.prior = carry.G
+            w.prior = carry.jacobian
         pooled = loop.pool(num, w.history, w.prior, self.pool_prior_fraction, prior_cov=w.prior_cov)
         w.e, carry.G, w.G_cov = pooled.evaluation, pooled.jacobian, pooled.jacobian_cov
 
@@ -658,7 +664,7 @@ class HbtestProfile(SolverProfile):
                 return Stop("stalled", self.stall_message(loop, num, w.e, j.r_target, since), it, j)
             # stagnation: re-measure the rig Jacobian around the current voltages
             carry.G = loop.finite_differences(num, w.raw, w.history, self.settle_fraction * j.r_target)[1]
-            w.prior, w.prior_cov = carry.G, None
+            w.prior, w.prior_cov = carry.jacobian, None
             restarts, stalled = restarts + 1, 0
             best, best_noise = w.e.norm, w.e.noise
 
@@ -685,7 +691,8 @@ class HbtestProfile(SolverProfile):
         if final is None:
             return PointResult(reported, converged, stop.iterations, reason, message)
         sol = stop.judgement.sol
-        with_G = self.displacement_uncertainty(loop, num, carry.G, final.meas, self.output_correlation(loop, num, w.e.meas),
+        assert sol is not None  # a reported estimate is the pooled-fit solution
+        with_G = self.displacement_uncertainty(loop, num, carry.jacobian, final.meas, self.output_correlation(loop, num, w.e.meas),
                                                G_post)
         return PointResult(final, converged, stop.iterations, reason, message, applied=w.e,
                            solution_offset=float(sol.correction), uncertainty=float(sol.sigma), noise_uncertainty=float(sol.sigma_here),

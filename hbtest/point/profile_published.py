@@ -63,7 +63,7 @@ class Reads:
 
 
 @register_profile
-class PublishedProfile(SolverProfile):
+class PublishedProfile(SolverProfile[PublishedCarry]):
     """The released method of the paper (``BroydenMethod.m`` of
     github.com/av3116/Iterative-method-for-Real-Time-Hybrid-testing), with the authors' lab
     settings as the class constants. Line numbers below refer to that file.

@@ -1,4 +1,4 @@
-"""Linear delay equations: characteristic matrix, roots, root counting (SPEC §4).
+"""Linear delay equations: characteristic matrix, roots, root counting (docs/method.md §4).
 
 A :class:`DelayEquation` is
 
