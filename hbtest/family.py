@@ -150,10 +150,10 @@ def numerical_power_fractions(ns, frequency_hz: float, active, candidates, F_P, 
     nonlinear numerical substructure would make of harmonics the rig is not driving (a linear
     one makes none: ``{}``). Fractions are of ``|U_N,k|^2`` summed over the candidates, the
     larger of u and theta (theta weighted as u: each DOF on its own)."""
-    if getattr(ns, "is_linear", True) or not hasattr(ns, "interface_response"):
-        return {}
-    from .numerical import HarmonicBalanceError
+    from .numerical import HarmonicBalanceError, NumericalSubstructure
 
+    if not isinstance(ns, NumericalSubstructure) or ns.is_linear:
+        return {}
     cand = [int(k) for k in candidates]
     F = np.zeros((2, len(cand)), dtype=complex)
     for j, k in enumerate(int(k) for k in active):

@@ -6,7 +6,8 @@ Fourier-domain hybrid test"; the walk of a point: ``docs/architecture.md``, "One
   reduce, residual, pool, Jacobian by finite differences (only the :class:`~hbtest.rig.Rig`
   protocol is used), and :meth:`PointLoop.run`, which hands the point to the profile;
 - :mod:`hbtest.point.base` — what a profile is (:class:`SolverProfile`, its
-  :class:`PointResult`, its carried state, its window rule) and the registry by name;
+  :class:`PointResult`, its carried state) and the registry by name;
+- :mod:`hbtest.point.windows` — the frozen window rules the measuring part measures by;
 - :mod:`hbtest.point.profile_published`, :mod:`hbtest.point.profile_hbtest` — the two
   profiles (gathered in :mod:`hbtest.point.profiles`).
 """

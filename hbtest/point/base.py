@@ -7,7 +7,7 @@ profile calls the measuring part (:class:`~hbtest.point.loop.PointLoop`: apply, 
 through the transient, reduce, residual, pool) and returns a :class:`PointResult`; the loop
 builds the frozen :class:`~hbtest.point.loop.PointOutcome` from it. The measuring part never
 calls the profile: how long it measures is a frozen :class:`WindowRule` the profile hands it
-when the loop is built (:meth:`SolverProfile.window_rule`).
+when the loop is built (:meth:`SolverProfile.window_rule`; the rules: :mod:`hbtest.point.windows`).
 
 Each profile keeps what it carries from one point to the next in its own typed state (a
 :class:`Carried` subclass made by :meth:`SolverProfile.new_carry`). Concrete profiles:
@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
+
+from .windows import FixedWindows, WindowRule
 
 __all__ = ["SolverProfile", "PROFILES", "register_profile", "get_profile", "PointResult", "Carried", "WindowRule",
            "FixedWindows", "PoolingProfile"]
@@ -59,76 +61,6 @@ class Carried:
 
     solutions: list = field(default_factory=list)
     start_V: np.ndarray | None = None
-
-
-@runtime_checkable
-class WindowRule(Protocol):
-    """How long the measuring part measures one evaluation: a frozen value the profile hands
-    the loop once (:meth:`SolverProfile.window_rule`). Periods are forcing periods; noises,
-    norms and tolerances are displacement-form residual figures [m]."""
-
-    @property
-    def reject_mains(self) -> bool:
-        """Estimate and subtract the known mains frequencies in the harmonic fit."""
-
-    @property
-    def fit_transient(self) -> bool:
-        """Fit the steady state through the transient (known modes) instead of waiting, where
-        the rig offers raw records and its modes."""
-
-    @property
-    def min_windows(self) -> int:
-        """Least number of windows of a waiting evaluation (the settling check needs two)."""
-
-    @property
-    def settle_on_force(self) -> bool:
-        """Settle on the change of the force-form residual [N] instead of the displacement form."""
-
-    def initial_window(self) -> int: ...
-
-    def max_windows(self) -> int: ...
-
-    def first_record(self, window: int) -> int: ...
-
-    def next_window(self, window: int, noise: float, transient_tol: float) -> int: ...
-
-    def record_periods(self, total: int, noise: float, norm: float, transient_tol: float,
-                       noise_target: float | None) -> int: ...
-
-    def settled(self, d: float, prev_d: float | None, noise: float, transient_tol: float) -> bool: ...
-
-
-@dataclass(frozen=True)
-class FixedWindows:
-    """The plain rule: windows of ``averaging_periods``, at least ``min_windows`` and at most
-    ``most`` of them, settled when the residual changes by less than the transient tolerance
-    between two windows; no transient fit, no mains rejection."""
-
-    averaging_periods: int
-    most: int
-    min_window_periods: int
-    min_windows: int = 2
-    reject_mains: bool = False
-    fit_transient: bool = False
-    settle_on_force: bool = False
-
-    def initial_window(self) -> int:
-        return int(self.averaging_periods)
-
-    def max_windows(self) -> int:
-        return int(self.most)
-
-    def first_record(self, window: int) -> int:
-        return max(int(window), int(self.min_window_periods))
-
-    def next_window(self, window: int, noise: float, transient_tol: float) -> int:
-        return window
-
-    def record_periods(self, total, noise, norm, transient_tol, noise_target) -> int:
-        return self.next_window(total, noise, transient_tol)
-
-    def settled(self, d, prev_d, noise, transient_tol) -> bool:
-        return d < transient_tol
 
 
 @runtime_checkable

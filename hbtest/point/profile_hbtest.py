@@ -28,8 +28,9 @@ from .. import estimators, harmonics, solver
 from .base import Carried, PointResult, SolverProfile, register_profile
 from .loop import Evaluation, Measured, PointLoop, PointSettings
 from .numerical import NumericalSide
+from .windows import NoiseSized
 
-__all__ = ["HbtestProfile", "HbtestCarry", "NoiseSized", "SolutionEstimate"]
+__all__ = ["HbtestProfile", "HbtestCarry", "SolutionEstimate"]
 
 
 @dataclass
@@ -48,65 +49,6 @@ class HbtestCarry(Carried):
         """``G``, once measured (every phase after :meth:`HbtestProfile.jacobian`)."""
         assert self.G is not None, "the rig Jacobian is measured in the point's jacobian phase"
         return self.G
-
-
-@dataclass(frozen=True)
-class NoiseSized:
-    """The hbtest profile's window rule: windows sized so the residual noise is
-    ``noise_fraction`` of the transient tolerance (within ``min_window_periods`` and
-    ``max_window_factor`` x ``averaging_periods``), settled when the change is within the
-    tolerance or ``settle_sigmas`` noise deviations and the extrapolated geometric decay
-    agrees; fitted records grow to the noise target or until the residual stands ``far_snr``
-    deviations out (with ``far_ceiling`` [m] on that target's noise: multi-harmonic tests),
-    within ``max_record_factor`` x ``averaging_periods``. Mains are rejected; the steady state
-    is fitted through the transient where the rig allows."""
-
-    min_window_periods: int
-    averaging_periods: int
-    most: int
-    noise_fraction: float
-    max_window_factor: float
-    settle_sigmas: float
-    max_decay_ratio: float
-    far_snr: float
-    far_ceiling: float
-    max_record_factor: float
-    min_windows: int = 2
-    reject_mains: bool = True
-    fit_transient: bool = True
-    settle_on_force: bool = False
-
-    def initial_window(self) -> int:
-        return int(self.min_window_periods)
-
-    def max_windows(self) -> int:
-        return int(self.most)
-
-    def first_record(self, window: int) -> int:
-        return int(self.min_window_periods)
-
-    def next_window(self, window: int, noise: float, transient_tol: float) -> int:
-        # noise variance scales as 1/n: size the window so the noise is the wanted fraction
-        want = window * (noise / (self.noise_fraction * transient_tol)) ** 2
-        return int(np.clip(np.ceil(want), self.min_window_periods, self.max_window_factor * self.averaging_periods))
-
-    def record_periods(self, total, noise, norm, transient_tol, noise_target) -> int:
-        """Grow until the residual noise meets the target (``noise_target`` or the window
-        rule's fraction of ``transient_tol``), or until the residual stands ``far_snr`` noise
-        standard deviations out (far from the solution), within the window bounds."""
-        target = self.noise_fraction * transient_tol if noise_target is None else noise_target
-        target = max(target, min(norm / self.far_snr, self.far_ceiling))
-        want = total * (noise / target) ** 2
-        return int(np.clip(np.ceil(want), self.min_window_periods, self.max_record_factor * self.averaging_periods))
-
-    def settled(self, d, prev_d, noise, transient_tol) -> bool:
-        limit = max(transient_tol, self.settle_sigmas * np.sqrt(2.0) * noise)
-        ok = d < limit
-        if ok and prev_d is not None and prev_d > 0:
-            # geometric decay: what is left of the transient is about d q / (1 - q)
-            q = min(d / prev_d, self.max_decay_ratio)
-            ok = d * q / (1 - q) < limit
-        return ok
 
 
 class SolutionEstimate(NamedTuple):

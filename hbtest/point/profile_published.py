@@ -17,8 +17,9 @@ from .. import solver
 from .base import Carried, PointResult, SolverProfile, register_profile
 from .loop import Evaluation, Measured, PointLoop
 from .numerical import NumericalSide
+from .windows import Reads
 
-__all__ = ["PublishedProfile", "PublishedCarry", "Reads"]
+__all__ = ["PublishedProfile", "PublishedCarry"]
 
 
 @dataclass
@@ -27,39 +28,6 @@ class PublishedCarry(Carried):
     ``H`` [V/N] (None until the first point sets it)."""
 
     H: np.ndarray | None = None
-
-
-@dataclass(frozen=True)
-class Reads:
-    """Their read loop as a window rule: reads of ``read_periods`` periods, at least
-    ``min_windows``, at most ``most``, settled when the force residual changes by less than
-    ``settle_change_n`` [N] between two reads. Mains are not rejected; no transient fit."""
-
-    read_periods: int
-    min_windows: int
-    most: int
-    settle_change_n: float
-    reject_mains: bool = False
-    fit_transient: bool = False
-    settle_on_force: bool = True
-
-    def initial_window(self) -> int:
-        return int(self.read_periods)
-
-    def max_windows(self) -> int:
-        return int(self.most)
-
-    def first_record(self, window: int) -> int:
-        return int(self.read_periods)
-
-    def next_window(self, window: int, noise: float, transient_tol: float) -> int:
-        return int(self.read_periods)
-
-    def record_periods(self, total, noise, norm, transient_tol, noise_target) -> int:
-        return int(self.read_periods)
-
-    def settled(self, d, prev_d, noise, transient_tol) -> bool:
-        return d < self.settle_change_n
 
 
 @register_profile

@@ -11,9 +11,10 @@ third profile is a new module with a registered class. This module gathers them 
 
 from __future__ import annotations
 
-from .base import PROFILES, Carried, PointResult, SolverProfile, WindowRule, get_profile, register_profile
-from .profile_hbtest import HbtestCarry, HbtestProfile, NoiseSized, SolutionEstimate
-from .profile_published import PublishedCarry, PublishedProfile, Reads
+from .base import PROFILES, Carried, PointResult, SolverProfile, get_profile, register_profile
+from .profile_hbtest import HbtestCarry, HbtestProfile, SolutionEstimate
+from .profile_published import PublishedCarry, PublishedProfile
+from .windows import NoiseSized, Reads, WindowRule
 
 __all__ = ["SolverProfile", "PublishedProfile", "HbtestProfile", "PROFILES", "get_profile", "register_profile",
            "Carried", "PublishedCarry", "HbtestCarry", "PointResult", "WindowRule", "Reads", "NoiseSized",
