@@ -1,4 +1,4 @@
-"""How well do the gauge rules measure the PS interface forces? (SPEC §3, issue 3)
+"""How well do the gauge rules measure the PS interface forces? (docs/method.md §3)
 
 Against the virtual twin's exact section forces (noise off), over the 16-19 Hz band of the
 reference test:

@@ -67,7 +67,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hbtest.config import load_rig, load_sweep  # noqa: E402
-from hbtest.point import Carry, PointLoop, PointSettings  # noqa: E402
+from hbtest.point import PointLoop, PointSettings  # noqa: E402
 from hbtest.point.numerical import NumericalSide  # noqa: E402
 from hbtest.rig import open_rig  # noqa: E402
 
@@ -90,7 +90,7 @@ def run_profile(sweep_file: Path, profile: str, points: int | None, seed: int, n
     ns = cfg.numerical.substructure()
     F = cfg.excitation.force_vector(ns)
     loop = PointLoop(rig, ns, F, PointSettings.from_config(cfg))
-    carry = Carry()
+    carry = loop.new_carry()
     outs, refs = [], []
     t0 = time.monotonic()
     for f in cfg.sweep.frequencies_hz:

@@ -1,4 +1,4 @@
-"""Critical-delay map of the reference cantilever (SPEC §2, §4).
+"""Critical-delay map of the reference cantilever (docs/method.md §2, §4).
 
 Steel ruler L = 530 mm, b = 25.4 mm, h = 1 mm, E = 217 GPa, rho = 8210 kg/m^3,
 zeta_M = 0.9 1/s, zeta_K = 7e-5 s, clamped root, free tip; split at 9 interface positions

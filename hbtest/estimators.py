@@ -1,4 +1,4 @@
-"""Steady-state estimators that do not wait for the transient to die (issue 16).
+"""Steady-state estimators that do not wait for the transient to die.
 
 After a demand change has finished ramping, a linear rig's channels are exactly
 
@@ -29,7 +29,8 @@ import numpy as np
 
 from .harmonics import check_orders, unpack
 
-__all__ = ["TransientFit", "fit_through_transient", "relevant_modes", "MODE_DECAY_LIMIT", "AffinePool", "pool_affine", "POOL_OUTLIER_CHI2"]
+__all__ = ["TransientFit", "fit_through_transient", "relevant_modes", "MODE_DECAY_LIMIT", "AffinePool", "pool_affine",
+           "POOL_OUTLIER_CHI2", "solution_uncertainty"]
 
 #: a mode is fitted only while it has not decayed by more than ``e^-MODE_DECAY_LIMIT`` at
 #: the start of the record (faster modes are gone before the fit starts: their columns would
@@ -259,3 +260,33 @@ def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd=None, *, prior_cov=
             break
         keep = keep[keep != cand[np.argmax(dist[cand])]]
     return AffinePool(c, vc, A, keep, chi2, covA)
+
+
+def solution_uncertainty(G, P, var_Y, correlation, n: int, G_cov=None) -> float:
+    """Standard uncertainty (2-norm) of the first ``n`` outputs at the solution ``R = 0`` of a
+    linear rig model ``Y = G V + c`` whose residual is linear in the outputs, ``dR = P dY``:
+    first-order propagation of the outputs' noise (variances ``var_Y``, errors correlated by
+    ``correlation``) through the solution, ``dY* = (E - G J^+ P) dY`` with ``J = P G`` and
+    ``E`` the first ``n`` rows of the identity. Units: those of the (weighted) outputs.
+
+    ``G_cov`` (rows x coordinates x coordinates): the covariance of each row of a fitted
+    ``G`` (a pool's posterior, rows independent). The variance is then the mean over the true
+    Jacobian ``G + dG`` to second order in ``dG``: the map through it is ``M (I - A + A^2)``,
+    ``A = dG J^+ P``, so the variance gains ``sum_i (M^T M)_ii tr(W S W^T C_i) + 2 tr(M E[A^2]
+    S M^T)`` (``W = J^+ P``, ``S`` the outputs' covariance, ``C_i`` row i's covariance)."""
+    var_Y = np.asarray(var_Y, dtype=float)
+    Jp = np.linalg.pinv(P @ G, rcond=1e-10)
+    M = np.eye(n, var_Y.size) - G[:n] @ Jp @ P
+    sd = np.sqrt(var_Y)
+    S = correlation * np.outer(sd, sd)
+    var = np.trace(M @ S @ M.T)
+    if G_cov is not None:
+        # M(G + dG) = M (I - A + A^2) + O(dG^3), A = dG W, W = J^+ P; rows of dG
+        # independent with covariances C_i: E[A S A^T] = diag_i tr(W S W^T C_i) and
+        # E[A^2] = Q W with Q_i = W[:, i]^T C_i
+        W = Jp @ P
+        B = W @ S @ W.T
+        var += float(np.einsum("i,iab,ba->", np.einsum("ji,ji->i", M, M), G_cov, B))
+        Q = np.einsum("ai,iab->ib", W, G_cov)
+        var += 2.0 * float(np.trace(M @ Q @ W @ S @ M.T))
+    return float(np.sqrt(max(var, 0.0)))

@@ -1,4 +1,4 @@
-"""Stepped-force families, their backbone, and automatic harmonic selection (issue 15).
+"""Stepped-force families, their backbone, and automatic harmonic selection.
 
 Units: SI (force amplitudes [N], frequencies [Hz], interface displacement [m] / rotation
 [rad]); coefficients follow :mod:`hbtest.harmonics` (``X_k = a_k - i b_k``, amplitude ``|X_k|``).
@@ -78,6 +78,8 @@ __all__ = [
 ]
 
 from .config.family import AUTO_THRESHOLD, MAX_AUTO_HARMONIC, read_family_fields
+from .store.run import sweep_legs
+
 
 def store_orders(sweep, sample_rate_hz: float | None = None) -> tuple[int, ...]:
     """The harmonic orders a store allocates: ``sweep.harmonics``; with ``"auto"`` the
@@ -111,23 +113,10 @@ def slot_amplitudes(sweep, amplitude_n: float) -> np.ndarray:
     return levels[slot_levels(sweep)]
 
 
-def _grid_legs(f: np.ndarray) -> np.ndarray:
-    leg = np.zeros(f.size, dtype=np.int64)
-    direction, current = 0, 0
-    for i in range(1, f.size):
-        step = np.sign(f[i] - f[i - 1])
-        if step != 0:
-            if direction != 0 and step != direction:
-                current += 1
-            direction = step
-        leg[i] = current
-    return leg
-
-
 def slot_legs(sweep) -> np.ndarray:
     """Leg of every slot: the legs of one grid (+1 at each reversal of direction), the
     levels' legs numbered on after each other."""
-    g = _grid_legs(sweep.grid_hz)
+    g = sweep_legs(sweep.grid_hz).astype(np.int64)
     n_lev = max(1, len(sweep.force_levels))
     return np.concatenate([g + lev * (int(g.max()) + 1) for lev in range(n_lev)])
 
@@ -161,10 +150,10 @@ def numerical_power_fractions(ns, frequency_hz: float, active, candidates, F_P, 
     nonlinear numerical substructure would make of harmonics the rig is not driving (a linear
     one makes none: ``{}``). Fractions are of ``|U_N,k|^2`` summed over the candidates, the
     larger of u and theta (theta weighted as u: each DOF on its own)."""
-    if getattr(ns, "is_linear", True) or not hasattr(ns, "interface_response"):
-        return {}
-    from .numerical import HarmonicBalanceError
+    from .numerical import HarmonicBalanceError, NumericalSubstructure
 
+    if not isinstance(ns, NumericalSubstructure) or ns.is_linear:
+        return {}
     cand = [int(k) for k in candidates]
     F = np.zeros((2, len(cand)), dtype=complex)
     for j, k in enumerate(int(k) for k in active):
@@ -356,9 +345,8 @@ class FamilyRunner:
     store's orders. ``progress`` receives :class:`hbtest.events.Notice` events when a
     harmonic is activated."""
 
-    def __init__(self, cfg, store, rig, ns, force_vector, settings, progress=None, reference=None, record=None):
+    def __init__(self, cfg, store, rig, ns, force_vector, settings, progress=None):
         self.cfg = cfg
-        self.record = record  # (outcome, orders, n_act, amplitude, reference) -> PointRecord: hbtest.sweep.point_record
         self.store = store
         self.rig = rig
         self.ns = ns
@@ -372,7 +360,6 @@ class FamilyRunner:
         self.settings = settings
         self.auto = bool(getattr(cfg.sweep, "auto_harmonics", False))
         self.progress = progress or (lambda *_: None)
-        self.reference = reference
         self.active = self._resumed_active()
         self.voltages: dict[int, np.ndarray] = {}  # slot -> converged voltage (n_act, n_store_orders)
         self.loop = self._make_loop()
@@ -407,21 +394,17 @@ class FamilyRunner:
         return rec.voltage if rec.converged else None
 
     def _carry_from(self, V: np.ndarray | None, scale: float = 1.0):
-        from .point import Carry
-
         if V is None:
-            return Carry()
+            return self.loop.new_carry()
         idx = [self.orders.index(k) for k in self.active]
         Va = np.nan_to_num(np.asarray(V)[:, idx] * scale, nan=0.0)
-        return Carry(start_V=harmonics.pack(Va, self.active).reshape(-1))
+        return self.loop.new_carry(start_V=harmonics.pack(Va, self.active).reshape(-1))
 
     def seed(self, i: int):
         """The carry for the first slot ``i`` a (resumed) run does: from the last converged
         slot before it on the same level, or the same grid point of the previous level."""
-        from .point import Carry
-
         if i <= 0:
-            return Carry()
+            return self.loop.new_carry()
         if self.levels[i] != self.levels[i - 1]:
             return self.level_carry(i)
         done = self.store.done()
@@ -430,7 +413,7 @@ class FamilyRunner:
                 break
             if done[j]:
                 return self._carry_from(self._stored_voltage(j))
-        return Carry()
+        return self.loop.new_carry()
 
     def level_carry(self, i: int):
         """The carry at the first slot of a level: the previous level's converged voltage at
@@ -447,7 +430,7 @@ class FamilyRunner:
         from .sensors import EXCLUDED_MAX_ORDER
 
         ks, fr = harmonic_power_fractions(out.final.acq, self.loop.layout, max(max(self.orders), EXCLUDED_MAX_ORDER),
-                                          self.settings.force_method, self.loop.profile.reject_mains)
+                                          self.settings.force_method, self.loop.rule.reject_mains)
         worst = {int(k): float(np.nanmax(fr[:, j])) if np.isfinite(fr[:, j]).any() else np.nan for j, k in enumerate(ks)}
         for k, v in numerical_power_fractions(self.ns, float(out.frequency_hz), self.active, self.orders, out.final.meas.force,
                                               self.loop.force_vector).items():
@@ -467,7 +450,6 @@ class FamilyRunner:
         outcome is over :attr:`active`; build its record over those orders and pass it to
         :meth:`finish`."""
         from .events import Notice
-        from .point import Carry
 
         f = float(self.freqs[i])
         if i > 0 and self.levels[i] != self.levels[i - 1]:
@@ -488,10 +470,10 @@ class FamilyRunner:
             self.active = tuple(sorted(set(self.active) | set(new)))
             self.loop = self._make_loop()
             self.loop.force_vector = self.F0 * (self.amps[i] / self.amp0)
-            carry = self._carry_from(V_old) if V_old is not None else Carry()
+            carry = self._carry_from(V_old) if V_old is not None else self.loop.new_carry()
             rig_periods = out.rig_periods
             out = self.loop.run(f, carry)
-            out.rig_periods += rig_periods  # the first measurement is rig time of this point too
+            out = replace(out, rig_periods=out.rig_periods + rig_periods)  # the first measurement is rig time of this point too
         return out, carry
 
     def finish(self, i: int, out, rec):
@@ -511,12 +493,3 @@ class FamilyRunner:
         if out.converged:
             self.voltages[i] = rec.voltage
         return rec
-
-    def run_point(self, i: int, carry):
-        """:meth:`run` then :meth:`finish` with the ``record`` callable and the reference given
-        at construction; returns ``(outcome, record over the store's orders, carry)``."""
-        out, carry = self.run(i, carry)
-        act = np.asarray(self.active)
-        f = float(self.freqs[i])
-        ref = self.reference(self.ns.substructure, self.loop.force_vector, f, act) if self.reference is not None else None
-        return out, self.finish(i, out, self.record(out, act, self.n_act, float(self.amps[i]), ref)), carry

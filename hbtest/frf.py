@@ -8,7 +8,7 @@
 - :func:`fit_resonance` / :func:`resonance` / :func:`compare_resonance` — natural frequency
   and damping ratio from a rational fit near the peak (method below).
 - :func:`sync_table` — synchronisation of the PS interface signals against their NS demand
-  at a converged point (SPEC §4): delay ``-arg(U_P/U_N) / (2 pi k f)`` and relative
+  at a converged point (docs/method.md §4): delay ``-arg(U_P/U_N) / (2 pi k f)`` and relative
   amplification ``|U_P|/|U_N| - 1``.
 - :func:`frf_uncertainty` / :func:`uncertainty_coverage` — first-order standard uncertainty of
   every measured FRF point from the measured noise, the calibration record's uncertainties and
@@ -99,6 +99,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
+from .sync import sync_ratio_phase
 
 __all__ = [
     "frf",
@@ -354,16 +356,12 @@ class SyncRow:
 def sync_metrics(U_P, U_N, frequency_hz: float, harmonic: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """(delay [s], relative amplification [1]) of ``U_P`` against ``U_N`` (complex
     coefficients, broadcast) at harmonic ``harmonic`` of ``frequency_hz``. The phase is taken
-    in (-pi, pi], so delays are unambiguous up to half a period of that harmonic."""
+    in (-pi, pi], so delays are unambiguous up to half a period of that harmonic
+    (:func:`hbtest.sync.sync_ratio_phase`, as the store's sync metrics)."""
     if harmonic <= 0:
         raise ValueError("delays are defined for harmonic orders k >= 1")
-    U_P = np.asarray(U_P, dtype=complex)
-    U_N = np.asarray(U_N, dtype=complex)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = U_P / U_N
-        delay = -np.angle(ratio) / (2 * np.pi * harmonic * frequency_hz)
-        amp = np.abs(ratio) - 1.0
-    return delay, amp
+    ratio, phase_deg = sync_ratio_phase(U_P, U_N)  # the stored sync metrics' own (NaN where U_N is 0)
+    return -np.radians(phase_deg) / (2 * np.pi * harmonic * frequency_hz), ratio - 1.0
 
 
 def sync_table(ds, index: int, harmonics=None) -> list[SyncRow]:

@@ -1,4 +1,4 @@
-"""The one harmonic-coefficient convention of hbtest (SPEC §0) and everything built on it.
+"""The one harmonic-coefficient convention of hbtest (docs/method.md §0) and everything built on it.
 
 A periodic signal of fundamental angular frequency Omega is
 
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 
-#: usable harmonics stay below sample_rate / NYQUIST_MARGIN (anti-alias filters; SPEC §3)
+#: usable harmonics stay below sample_rate / NYQUIST_MARGIN (anti-alias filters; docs/method.md §3)
 NYQUIST_MARGIN = 2.56
 
 def check_orders(orders) -> np.ndarray:
@@ -170,7 +170,7 @@ def reconstruct(t: np.ndarray, coefficients: np.ndarray, frequency_hz: float, or
 
 
 def rotate(coefficients: np.ndarray, orders, phase_rad, gain=None) -> np.ndarray:
-    """Rotate each harmonic by ``+phase_rad[k]`` (``X_k <- X_k e^{+i phi_k}``, SPEC §0) and
+    """Rotate each harmonic by ``+phase_rad[k]`` (``X_k <- X_k e^{+i phi_k}``, docs/method.md §0) and
     divide by ``gain[k]`` when given. ``phase_rad``/``gain`` broadcast against the last axis."""
     orders = check_orders(orders)
     out = np.asarray(coefficients) * np.exp(1j * np.asarray(phase_rad, dtype=float))
@@ -260,7 +260,7 @@ def real_operator(A: np.ndarray, orders) -> np.ndarray:
 def mains_error_bound(noise_amplitude, noise_hz, frequency_hz, order, n_periods) -> tuple[float, float]:
     """Bound on the error of the (a_k, b_k) coefficients of harmonic ``order`` of a signal at
     fundamental ``frequency_hz`` caused by a sinusoidal interference of amplitude
-    ``noise_amplitude`` at ``noise_hz`` when averaging over ``n_periods`` periods (SPEC §3):
+    ``noise_amplitude`` at ``noise_hz`` when averaging over ``n_periods`` periods (docs/method.md §3):
 
         |delta a_k| <= 2 T_N / (n pi) * |rho| / |rho^2 - 1|
         |delta b_k| <= 2 T_N / (n pi) *   1   / |rho^2 - 1|,    rho = f_noise / (k f).
@@ -305,5 +305,5 @@ def mains_proximity(frequency_hz, orders, mains_hz=50.0, mains_harmonics=(1, 2, 
 
 
 def max_usable_harmonic(frequency_hz: float, sample_rate_hz: float) -> int:
-    """Highest harmonic order below fs / :data:`NYQUIST_MARGIN` (SPEC §3)."""
+    """Highest harmonic order below fs / :data:`NYQUIST_MARGIN` (docs/method.md §3)."""
     return int(np.floor(sample_rate_hz / NYQUIST_MARGIN / frequency_hz))

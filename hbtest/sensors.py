@@ -1,4 +1,4 @@
-"""From sensor signals to the physical substructure's interface quantities (SPEC §3).
+"""From sensor signals to the physical substructure's interface quantities (docs/method.md §3).
 
 Sign conventions (those of :mod:`hbtest.structures`): x runs from the interface into the
 physical substructure (PS); ``u`` up, ``theta = du/dx`` counter-clockwise. The interface
@@ -12,7 +12,7 @@ Channels are declared by the rig file (:class:`ChannelSpec`), each with a *role*
   interface). Two or more lasers at distinct positions are reduced to ``(u, theta)`` by least
   squares (:func:`lasers_to_motion_ls`; exact for two). The published pair ``l1`` (on the
   vertical slider, ``p = 0``) and ``l2`` (on the clamp at ``p = d_l``) gives ``u = l1``,
-  ``theta = (l2 - l1) / d_l``. (SPEC writes ``(l1 - l2)/d_l`` for a laser placed on the *other*
+  ``theta = (l2 - l1) / d_l``. (docs/method.md §3 writes ``(l1 - l2)/d_l`` for a laser placed on the *other*
   side of the pin; the sign is carried by ``laser_spacing`` being negative in that case.)
 - A strain gauge (``kind = "strain_gauge"``) on the upper surface at ``x = d`` [m] from the
   interface reads ``eps = -(h/2) u''``. The calibration constant ``c`` [N m per unit strain] is

@@ -1,4 +1,4 @@
-"""Broyden quasi-Newton iteration on real-packed actuator voltages (SPEC §2). No I/O: the
+"""Broyden quasi-Newton iteration on real-packed actuator voltages (docs/method.md §2). No I/O: the
 point loop (:mod:`hbtest.point`) measures, this module decides the next voltages.
 
 Vectors are real and packed with :func:`hbtest.harmonics.pack` (per actuator

@@ -139,10 +139,6 @@ class Beam(Structure):
             raise KeyError(f"no node at x = {x} m")
         return j
 
-    def dofs_of_node(self, j: int) -> list[int]:
-        """Indices of the unconstrained DOFs (u, theta) of node j, in that order."""
-        return [self.index(f"{q}{j}") for q in ("u", "theta") if f"{q}{j}" in self.dof_names]
-
     def full_vector(self, q: np.ndarray) -> np.ndarray:
         """Expand a DOF vector (..., n_dof) to all nodes (..., n_nodes, 2) with zeros at
         constrained DOFs."""

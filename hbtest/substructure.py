@@ -1,4 +1,4 @@
-"""Substructures condensed on their interface (SPEC §1).
+"""Substructures condensed on their interface (docs/method.md §1).
 
 Partition the DOFs into interface ``i`` and bulk ``b``:
 

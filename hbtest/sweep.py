@@ -1,5 +1,5 @@
 """A frequency sweep: points in order, continuation between them, one store slot per point,
-progress events, safe interruption and resume (SPEC §2).
+progress events, safe interruption and resume (docs/method.md §2).
 
 Safety and data (what a run guarantees):
 
@@ -31,19 +31,29 @@ import signal
 import time
 from collections import Counter
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from . import harmonics
-from .harmonics import NYQUIST_MARGIN
 from .config import SweepConfig, load_rig, load_sweep
 from .errors import InstrumentError, LimitExceeded, RigFault, StoreWriteError, Terminated, UserError
-from .events import LockTakenOver, Notice, PlotWritten, PointFinished, PointMoved, RunFinished, RunStarted, StopRequested
-from .point import Carry, PointOutcome, PointSettings
+from .events import (
+    LockTakenOver,
+    Notice,
+    PlotWritten,
+    PointFinished,
+    PointMoved,
+    RunFinished,
+    RunStarted,
+    StopRequested,
+)
+from .harmonics import NYQUIST_MARGIN
+from .point import PointOutcome, PointSettings
 from .rig import open_rig
-from .rig.virtual.emulated import sweep_reference
+from .rig.capabilities import ExactReference, Trips
 from .store import PointRecord, RunStore, StoreLock
 
 __all__ = ["run", "resume", "point_record", "exit_code", "check_run", "EXIT_CODES", "MAX_RECORD_BYTES", "MAX_POINTS"]
@@ -107,7 +117,6 @@ def check_run(cfg: SweepConfig, rig_cfg) -> None:
     harmonics at or near the rig's Nyquist frequency, acquisitions too large for memory,
     more points than a store holds. Each refusal names the file and key and says why."""
     from .errors import ConfigError
-
     from .family import store_orders
 
     src = cfg.source.path
@@ -265,7 +274,7 @@ def _stepped(cfg: SweepConfig, store: RunStore, runner, write, say):
     reason) or None."""
     done = store.done()
     todo = [i for i in range(store.n_points) if not done[i]]
-    carry = runner.seed(todo[0]) if todo else Carry()
+    carry = runner.seed(todo[0]) if todo else runner.loop.new_carry()
     for n, i in enumerate(todo, 1):
         out, carry = runner.run(i, carry)
         stop = write(i, out, n, len(todo))
@@ -341,7 +350,7 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
         with _signals(policy):
             # the twin's exact reference of the emulated structure (linear closed form, or
             # harmonic balance of the joined nonlinear structure continued along the sweep)
-            reference = sweep_reference(rig, ns)
+            reference = rig.sweep_reference(ns) if isinstance(rig, ExactReference) else None
             # force levels, active harmonics (auto), sync metrics: hbtest.family
             runner = FamilyRunner(cfg, store, rig, ns, F, settings, progress)
             trace_ref = None
@@ -361,8 +370,8 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
                 nonlocal status, cause, reason
                 f = float(out.frequency_hz)
                 orders = np.asarray(runner.active)
-                out.message = explain_stop(out.message, out.reason, f, orders, desc.sensors, cfg.test.averaging_periods,
-                                           [h.norm for h in out.history])
+                out = replace(out, message=explain_stop(out.message, out.reason, f, orders, desc.sensors,
+                                                        cfg.test.averaging_periods, [h.norm for h in out.history]))
                 if trace_ref is not None:
                     ref = trace_ref(f, orders, out.final.meas.displacement if out.final is not None else None)
                 else:
@@ -378,7 +387,7 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
                 say(PointFinished(n, of, i, f, out.iterations, float((out.applied or out.final).norm) if out.final else float("nan"),
                                   float(out.rig_periods), bool(out.converged), out.reason, out.message))
                 stop_on = {"trip": cfg.sweep.on_trip, "overrange": cfg.sweep.on_overrange}.get(out.reason)
-                if out.reason == "trip" and stop_on != "stop" and hasattr(rig, "clear_trip"):
+                if out.reason == "trip" and stop_on != "stop" and isinstance(rig, Trips):
                     rig.clear_trip()  # the point is recorded as tripped; go on with the next
                 if stop_on == "stop":
                     return "interrupted", "rig", f"point at {f:g} Hz: {out.message} (sweep.on_{out.reason} = \"stop\")"
@@ -500,7 +509,7 @@ def run(cfg: SweepConfig, store_path=None, progress=None, overwrite: bool = Fals
                 harmonic_active=True,
                 attrs=_store_attrs(cfg, rig_cfg, overrides, used_seed),
                 overwrite=overwrite,
-                reference=hasattr(rig, "emulated_interface_response"),
+                reference=isinstance(rig, ExactReference),
                 raw_records=_raw_capacity(cfg, rig_cfg),
                 channels=rig_cfg.sensors.channel_names,
                 design=cfg.sweep.strategy != "grid",

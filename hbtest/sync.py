@@ -1,5 +1,5 @@
 """Synchronisation metrics per interface variable (u, θ, T, M) and harmonic, as in the
-published paper's table (SPEC §4: "for a converged periodic point, the delay and relative
+published paper's table (docs/method.md §4: "for a converged periodic point, the delay and relative
 amplification of each PS interface signal against its NS counterpart").
 
 Definitions (per variable v and harmonic k, complex coefficients ``X_k = a_k - i b_k``):

@@ -1,4 +1,4 @@
-"""Pseudo-arclength continuation of the hybrid test (issue 15, hbtest.continuation): the shared
+"""Pseudo-arclength continuation of the hybrid test (hbtest.continuation): the shared
 bordered math and the fold interpolant against exact answers, the config keys, the store's
 open slots, and the trace on the twin against the joined structure's exact harmonic balance
 (sweeps/cubic-interface.toml: a cubic spring at the interface on the numerical side).

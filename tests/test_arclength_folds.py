@@ -1,4 +1,4 @@
-"""Acceptance of issue 15's continuation through folds (slow: the whole band, ~130 traced
+"""Acceptance of the continuation through folds (slow: the whole band, ~130 traced
 points): `hbtest sweep sweeps/cubic-interface.toml` (continuation = "arclength") on the twin
 passes both folds of the hardening response and the unstable branch between them, every point
 converged, the interface response (u, harmonics 1 and 3) within 1 % of the exact harmonic

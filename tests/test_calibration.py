@@ -1,4 +1,4 @@
-"""Calibration (issue 13): the twin simulates TRUE sensor parameters that differ from the
+"""Calibration: the twin simulates TRUE sensor parameters that differ from the
 nominal ones the reduction uses; calibration procedures recover them through the Rig
 protocol; calibration records applied to the reduction."""
 
@@ -54,7 +54,7 @@ def _resonance_sweep(tmp_path, rig, extra=(), name="run"):
 
 
 def test_uncalibrated_sweep_on_the_miscalibrated_twin_is_clearly_wrong(tmp_path):
-    """Acceptance (issue 13): 2 % gauge gain, 1 % laser scale, 50 us skew, mains at 50.2 Hz:
+    """Acceptance: 2 % gauge gain, 1 % laser scale, 50 us skew, mains at 50.2 Hz:
     the paper sweep around resonance, reduced with the nominal sensors, misses the exact
     reference by far more than 1 % (about 100 %: a 1 % scale on l2 is 1 % of u in a 30 mm
     lever's rotation)."""
@@ -153,7 +153,7 @@ def test_beam_strain_model_matches_the_finite_element_beam(f):
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_procedures_recover_the_true_sensor_parameters_within_their_uncertainty(seed):
-    """Acceptance (issue 13): on the miscalibrated twin, the mains and channel procedures
+    """Acceptance: on the miscalibrated twin, the mains and channel procedures
     recover the TRUE mains frequency, l2 laser scale, g1 gauge gain and g2 skew within three
     stated standard uncertainties, and the uncertainties are small enough to matter."""
     cfg = load_rig(MISCAL)

@@ -1,4 +1,4 @@
-"""Calibration uncertainty in the FRF uncertainty (issue 13): the calibration record's per-channel
+"""Calibration uncertainty in the FRF uncertainty: the calibration record's per-channel
 scale and skew standard uncertainties propagated first order through the reduction and the
 hybrid solution (``frf_uncertainty``'s ``u_H_calibration``)."""
 
@@ -96,7 +96,7 @@ def test_calibration_part_is_the_frf_error_a_calibration_error_makes(tmp_path):
     reference, less the residual's own part, is then that one value's calibration error, whose
     magnitude ``u_H_calibration`` must equal (first order)."""
     # the noise-free twin: no white noise and no mains (the transient fit's noise estimate near
-    # 18.6 Hz with mains regressors is far above the twin's real noise; see issue 16's notes)
+    # 18.6 Hz with mains regressors is far above the twin's real noise; see the notes)
     quiet = ["virtual.noise.laser_rms_um=0.0", "virtual.noise.gauge_rms_microstrain=0.0", "virtual.mains.amplitude_microstrain=0.0"]
     # accuracy 1e-5: the point ends where it was measured (an estimate extrapolated by the
     # pooled fit carries its Jacobian prior's uncertainty, far above this test's 10 %)
@@ -152,7 +152,7 @@ def calibrated_coverage(tmp_path, seeds):
 
 
 def test_calibrated_resonance_sweep_error_is_covered_by_the_stated_uncertainty(tmp_path):
-    """Acceptance (issue 13): calibrate the miscalibrated twin, sweep 7 points around resonance
+    """Acceptance: calibrate the miscalibrated twin, sweep 7 points around resonance
     with that calibration: FRF error <= 1 % and 2 u_H covers the true error at every point."""
     r = calibrated_coverage(tmp_path, [1])
     assert r["max_relative_error"] <= 0.01

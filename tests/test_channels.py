@@ -1,4 +1,4 @@
-"""Channels declared by the rig file (issue 12): roles, any number of lasers and gauges,
+"""Channels declared by the rig file: roles, any number of lasers and gauges,
 per-channel skew (reduction and twin), actuator counts, and the layout's store record.
 
 Evidence: exact answers (rigid-body laser readings, a linear moment, a true Euler–Bernoulli
@@ -398,14 +398,14 @@ class ThreeActuators:
 
 def test_point_loop_converges_with_three_actuators():
     from hbtest.config import load_sweep
-    from hbtest.point import Carry, PointLoop, PointSettings
+    from hbtest.point import HbtestCarry, PointLoop, PointSettings
 
     sw = load_sweep(ROOT / "sweeps" / "paper-cantilever.toml")
     ns = sw.numerical.substructure()
     force = sw.excitation.force_vector(ns)
     rig = ThreeActuators(VirtualRig(load_rig(RIG)))
     orders = list(sw.sweep.harmonics)
-    out = PointLoop(rig, ns, force, PointSettings.from_config(sw)).run(18.2, Carry())
+    out = PointLoop(rig, ns, force, PointSettings.from_config(sw)).run(18.2, HbtestCarry())
     assert out.converged, out.message
     assert out.final.V.size == 3 * harmonics.packed_size(orders)  # three actuators' demand
     U = rig.rig.emulated_interface_response(ns, force, 18.2, orders)[:, orders.index(1)]

@@ -1,4 +1,4 @@
-"""Data safety and bad input (issue 11), through the command line as a user calls it.
+"""Data safety and bad input, through the command line as a user calls it.
 
 Every case asserts the exit code, that stderr is one line naming the store / file / flag /
 field, and that data already on disk is byte-identical afterwards (every file under a store

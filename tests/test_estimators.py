@@ -114,7 +114,7 @@ def _concatenated(rig, pieces):
 
 
 def test_records_fitted_together_need_the_rig_clock_for_decays_and_mains():
-    """The defect of issue 16 (noise estimate inflated with mains regressors at the first
+    """The defect (noise estimate inflated with mains regressors at the first
     point and at 18.6 Hz): records acquired one after another restart the demand time base
     modulo the forcing period, so mains and decay regressors written in it jump at the record
     boundary. With the rig clock the concatenated fit is within its error bars of the exact

@@ -1,5 +1,5 @@
 """Force reconstruction from the gauges against the virtual twin's exact section forces
-(issue 3; SPEC §3). Noise off: these are the *method* errors.
+(docs/method.md §3). Noise off: these are the *method* errors.
 
 Error budget (reference rig: gauges at 5/20 mm, interface motion of the emulated structure):
 - finite-difference rule: shear error 5-25 % over 16-19 Hz (about 10 % at 18.5 Hz) — the
@@ -129,7 +129,7 @@ def test_resonance_shift_of_the_hybrid_mode(rig, paper):
     assert modes.frequencies_hz[i] == pytest.approx(f0, abs=0.01)
     bandwidth = 2 * modes.damping_ratios[i] * modes.frequencies_hz[i]  # ~0.29 Hz at 0.79 %
     shift = {m: (resonance(rig, ns, force, m) - f0) / bandwidth for m in FORCE_METHODS}
-    # SPEC §3: the finite-difference rule moves a 0.8 %-damped resonance by about its bandwidth
+    # docs/method.md §3: the finite-difference rule moves a 0.8 %-damped resonance by about its bandwidth
     assert 0.7 < shift["finite-difference"] < 2.0, shift
     assert abs(shift["inertia"]) < 0.1
     assert abs(shift["segment"]) < 0.01

@@ -1,4 +1,4 @@
-"""Fuzzing the reference sweep and rig files (issue 11): a mutated file (a value of another
+"""Fuzzing the reference sweep and rig files: a mutated file (a value of another
 type, a number out of range, a key deleted, an unknown key added, the file truncated at a
 byte, bytes replaced by garbage) given to the command line ends cleanly — exit 0, 1 (a sweep
 that ran but did not converge) or 2 (one line on stderr), within a time bound, never a
@@ -49,7 +49,7 @@ FOUND_CRASHES = (
     ("length_mm", "1e308"), ("width_mm", "1e308"), ("youngs_modulus_gpa", "1e308"), ("zeta_stiffness_s", "1e308"),
     ("thickness_mm", "1e308"), ("length_mm", "1e-300"), ("density_kg_m3", "1e-300"),
     ("laser_spacing_mm", "0"), ("laser_spacing_mm", "-0.0"),
-    # issue 16 round: the twin's model cannot be built (overflowing or ill-conditioned modes)
+    # the twin's model cannot be built (overflowing or ill-conditioned modes)
     ("mass_kg", "1e308"), ("suspension_damping_n_s_per_m", "123456789012"),
 )
 #: keys of FOUND_CRASHES that live in the rig file (the rest are the sweep file's)

@@ -1,4 +1,4 @@
-"""Per-harmonic balance (issue 15): each solved harmonic judged on its own scale, the
+"""Per-harmonic balance: each solved harmonic judged on its own scale, the
 excluded-energy fraction of the interface motion, and the two-harmonic acceptance sweep
 against the twin's exact emulated structure (force at k = 1 only: exact second harmonic 0)."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from hbtest import harmonics
 from hbtest.config import load_rig, load_sweep
-from hbtest.point import Carry, HbtestProfile, NumericalSide, PointLoop, PointSettings
+from hbtest.point import HbtestCarry, HbtestProfile, NumericalSide, PointLoop, PointSettings
 from hbtest.rig import Acquisition, open_rig
 from hbtest.sensors import excluded_energy_fraction
 from hbtest.sweep import run
@@ -61,7 +61,7 @@ def _point(overrides, frequency_hz):
     rig = open_rig(load_rig(cfg.rig_path, cfg.rig_overrides))
     ns = cfg.numerical.numerical_substructure()
     loop = PointLoop(rig, ns, cfg.excitation.force_vector(ns), PointSettings.from_config(cfg))
-    return loop, loop.run(frequency_hz, Carry())
+    return loop, loop.run(frequency_hz, HbtestCarry())
 
 
 def test_zero_harmonic_tolerance_is_the_old_single_norm_rule():

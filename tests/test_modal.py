@@ -168,7 +168,7 @@ def test_modal_fit_within_acceptance_and_inside_its_intervals(twin15):
     lo, hi = mode.damping_ratio_ci
     # one seeded realization against its 95 % interval: within 1.5 half-widths (about 3 sigma)
     # plus the twin's own reduction bias (noise-free twin: +0.04 % in the damping; this
-    # realization: +0.27 %, 1.6 sigma, since issue 16's pooled-fit points)
+    # realization: +0.27 %, 1.6 sigma, since the pooled-fit points)
     assert abs(mode.damping_ratio - zeta) <= 1.5 * (hi - lo) / 2 + 5e-4 * zeta and hi - lo < 0.03 * zeta
     # the modal constant agrees with the same fit of the exact reference FRF
     ref = ds.copy()

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from hbtest.config import load_rig, load_sweep
-from hbtest.point import Carry, PointLoop, PointSettings, PublishedProfile, get_profile
+from hbtest.point import HbtestCarry, PointLoop, PointSettings, PublishedCarry, PublishedProfile, get_profile
 from hbtest.rig import open_rig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,8 +43,8 @@ class LinearLoop:
     def start_voltage(self, carry):
         return carry.solutions[-1][1].copy() if carry.solutions else np.zeros(self.A.shape[1])
 
-    def outcome(self, num, e, converged, iterations, history, reason):
-        return SimpleNamespace(final=e, converged=converged, iterations=iterations, history=history, reason=reason)
+    def result(self, e, converged, iterations, reason):
+        return SimpleNamespace(final=e, converged=converged, iterations=iterations, reason=reason)
 
 
 def _linear(seed=0, n=4):
@@ -61,16 +61,18 @@ def test_published_defaults_are_the_authors_lab_settings():
     assert (p.read_periods, p.min_reads, p.settle_change_n) == (10, 30, 0.001)
     assert p.line_search_fractions == (1 / 3, 2 / 3, 1.0) and p.remeasure_every == 20
     assert (p.fd_min_step_v, p.fd_relative_step) == (0.05, 0.15) and p.iteration_count_offset == 1
-    assert not p.reject_mains
-    # their read loop: 10-period reads, at least 30, settled below 1 mN of change
-    assert p.initial_window(None) == p.next_window(10, 1.0, 1.0, None) == 10 and p.min_settle_windows == 30
-    assert p.settled(0.00099, None, 1.0, 1.0) and not p.settled(0.001, None, 0.0, 1.0)
+    # their read loop: 10-period reads, at least 30, settled below 1 mN of change, mains kept
+    r = p.window_rule(None)
+    assert not r.reject_mains and not r.fit_transient
+    assert r.initial_window() == r.next_window(10, 1.0, 1.0) == 10 and r.min_windows == 30
+    assert r.settle_on_force and r.max_windows() == 100
+    assert r.settled(0.00099, None, 1.0, 1.0) and not r.settled(0.001, None, 0.0, 1.0)
 
 
 def test_first_point_starts_from_zero_with_a_half_volt_step_and_no_measurement_at_zero():
     A, c, F_e = _linear()
     loop = LinearLoop(A, c, F_e)
-    carry = Carry()
+    carry = PublishedCarry()
     out = PublishedProfile().run(loop, loop.num, carry, [])
     V1, kind = loop.calls[0]
     np.testing.assert_allclose(V1, [-0.5, 0, 0, 0])  # -0.5 V on the forcing coefficient
@@ -87,7 +89,7 @@ def test_first_point_starts_from_zero_with_a_half_volt_step_and_no_measurement_a
 def test_every_step_is_at_most_the_first_step_of_the_point(seed):
     A, c, F_e = _linear(seed)
     loop = LinearLoop(A, c, F_e)
-    PublishedProfile().run(loop, loop.num, Carry(), [])
+    PublishedProfile().run(loop, loop.num, PublishedCarry(), [])
     Vs = [np.zeros(4)] + [v for v, _ in loop.calls]
     steps = np.linalg.norm(np.diff(Vs, axis=0), axis=1)
     assert steps[0] == pytest.approx(0.5)
@@ -112,7 +114,7 @@ def test_line_search_when_on_fires_at_steps_1_11_21_and_remeasures_at_the_best()
 
     A, c, F_e = _linear(3)
     loop = LinearLoop(A, c, F_e, max_iterations=25, jitter=1e-3)
-    WithLineSearch().run(loop, loop.num, Carry(), [])
+    WithLineSearch().run(loop, loop.num, PublishedCarry(), [])
     kinds = [k for _, k in loop.calls]
     # at step 1, 11, 21: three trials then the step; other steps: the step alone
     assert kinds[:4] == ["line_search"] * 3 + ["iteration"]
@@ -157,7 +159,7 @@ def test_finite_difference_remeasure_replaces_the_update_when_the_residual_rose_
         tolerance_n = 1e-12
 
     loop = Rising(A, c, F_e, max_iterations=20, jitter=1e-3)
-    Never().run(loop, loop.num, Carry(), [])
+    Never().run(loop, loop.num, PublishedCarry(), [])
     kinds = [k for _, k in loop.calls]
     assert kinds.count("finite_difference") == 4
     assert kinds.index("finite_difference") == 19  # right after the 19th step
@@ -172,7 +174,7 @@ def _twin_loop(overrides=()):
 
 def test_published_converges_on_the_quiet_twin_with_their_read_loop():
     cfg, loop = _twin_loop()
-    carry = Carry()
+    carry = PublishedCarry()
     outs = [loop.run(f, carry) for f in (17.0, 17.3, 17.6)]
     assert all(o.converged for o in outs)
     for o in outs:
@@ -188,7 +190,7 @@ def test_breakdown_adds_up_to_the_rig_time_of_the_point():
     rig = open_rig(load_rig(cfg.rig_path, cfg.rig_overrides), seed=4)
     ns = cfg.numerical.substructure()
     loop = PointLoop(rig, ns, cfg.excitation.force_vector(ns), PointSettings.from_config(cfg))
-    carry = Carry()
+    carry = HbtestCarry()
     for f in (18.0, 18.1):
         t0 = rig.elapsed_s
         out = loop.run(f, carry)
@@ -223,12 +225,12 @@ def test_hbtest_evaluation_fits_through_the_transient_on_the_twin():
 def test_hbtest_stops_early_as_stalled_at_the_noise_floor_and_says_so():
     """A tolerance far below what the noise allows: no iteration can get there, so the point
     stops with ``stalled`` after a Jacobian restart, long before ``max_iterations``, and the
-    message names the noise floor and the harmonic (issue 16: never burn the budget blindly)."""
+    message names the noise floor and the harmonic (never burn the budget blindly)."""
     cfg = load_sweep(PAPER, ["test.tolerance_mm=1e-6", "test.accuracy=0"])
     rig = open_rig(load_rig(cfg.rig_path, cfg.rig_overrides), seed=3)
     ns = cfg.numerical.substructure()
     loop = PointLoop(rig, ns, cfg.excitation.force_vector(ns), PointSettings.from_config(cfg))
-    out = loop.run(18.0, Carry())
+    out = loop.run(18.0, HbtestCarry())
     assert out.reason == "stalled" and not out.converged
     assert out.iterations < cfg.test.max_iterations / 4
     assert "noise floor" in out.message and "harmonic 1" in out.message

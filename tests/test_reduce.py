@@ -1,4 +1,4 @@
-"""``hbtest reduce`` re-solves the hybrid problem with a corrected calibration (issue 13): the
+"""``hbtest reduce`` re-solves the hybrid problem with a corrected calibration: the
 result equals re-running the sweep with that calibration — to ~1e-6 on the noise-free twin,
 within the combined stated uncertainty on the noisy one — from every evaluation's raw channel
 coefficients kept in the store."""
@@ -129,7 +129,7 @@ def test_reduce_equals_the_rerun_on_the_noise_free_twin(tmp_path):
     rerun = _sweep(tmp_path, "rerun", [*QUIET, f'sensors.calibration="{cal}"'], ["test.tolerance_mm=1e-9", "test.accuracy=1e-9"])
     assert bool(rerun.converged.all()) and float(rerun.residual_norm.max()) < 1e-11
     H, H_rerun = frf.frf(reduced).values, frf.frf(rerun).values
-    # (3e-6 before issue 16's pooled-fit rule; the nominal run now stops with fewer, noise-sized
+    # (3e-6 before the pooled-fit rule; the nominal run now stops with fewer, noise-sized
     # evaluations, so the re-solution extrapolates farther: 3.1e-6 measured)
     assert np.max(np.abs(H - H_rerun) / np.abs(H_rerun)) < 5e-6
     assert float(np.abs(frf.relative_error(reduced)).max()) < 1e-3  # the exact reference (force reconstruction ~3e-4)
@@ -151,7 +151,7 @@ def noisy(tmp_path_factory):
 
 
 def test_reduce_equals_the_rerun_within_the_stated_noise(noisy):
-    """Acceptance (issue 13): the reduced FRF and the re-run's agree within three combined
+    """Acceptance: the reduced FRF and the re-run's agree within three combined
     standard uncertainties; both are within 1 % of the exact reference, the nominal one is off
     by more than 5 %."""
     red, rerun = noisy["reduced"], noisy["rerun"]

@@ -55,7 +55,7 @@ def test_finite_difference_has_the_physical_inertia_error(tip, layout):
         Ti, _ = forces_inertia_corrected(e1, e2, q[0], q[1], s, layout)
         errs_fd.append(abs(T - 1))
         errs_in.append(abs(Ti - 1))
-    # SPEC §3: 5/20 mm gauges give about 10 % shear error near 18 Hz; the rigid-segment
+    # docs/method.md §3: 5/20 mm gauges give about 10 % shear error near 18 Hz; the rigid-segment
     # inertia correction recovers most of it
     assert 0.05 < max(errs_fd) < 0.25
     assert max(errs_in) < 0.2 * max(errs_fd)

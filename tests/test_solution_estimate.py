@@ -1,4 +1,4 @@
-"""Issue 16: a point reported at the solution of its pooled affine fit, with a stated
+"""a point reported at the solution of its pooled affine fit, with a stated
 uncertainty, and the recursive rig Jacobian behind it.
 
 Evidence: the twin's exact emulated structure (noise-free: the estimate from two evaluations
@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 
 from hbtest.config import load_rig, load_sweep
 from hbtest.estimators import pool_affine
-from hbtest.point import Carry, NumericalSide, PointLoop, PointSettings, get_profile
+from hbtest.point import HbtestCarry, NumericalSide, PointLoop, PointSettings, get_profile
 from hbtest.rig import ChannelCoefficients, open_rig
 from hbtest.sensors import measure_interface_from_coefficients
 
@@ -76,7 +76,7 @@ def test_solution_estimate_equals_the_iterated_root_on_the_quiet_twin():
     1e-12 m (the measured rule, accuracy 0). The rig's measured outputs are affine in the
     demand, so the fit is exact wherever the demands span the space."""
     _, _, _, _, tight = _loop(PAPER, ["test.tolerance_mm=1e-9", "test.accuracy=0"], rig_sets=QUIET)
-    root = tight.run(18.4, Carry())
+    root = tight.run(18.4, HbtestCarry())
     assert root.converged and root.applied is None and root.final.norm < 1e-12
     cfg, rig, ns, F, loop = _loop(PAPER, rig_sets=QUIET)
     f = 18.4
@@ -87,7 +87,8 @@ def test_solution_estimate_equals_the_iterated_root_on_the_quiet_twin():
     _, G = loop.finite_differences(num, base, history)
     step = loop.evaluate(num, base.V + np.array([0.05, -0.02, 0.01, 0.03]))
     history.append(step)
-    e, G_fit = loop.pool(num, history, G, prof.pool_prior_fraction)
+    pooled = loop.pool(num, history, G, prof.pool_prior_fraction)
+    e, G_fit = pooled.evaluation, pooled.jacobian
     est, sigma, offset, sigma_here = prof.solution_estimate(loop, num, history, G, None, G_fit, e)
     np.testing.assert_allclose(est.meas.displacement, root.final.meas.displacement, rtol=1e-6)
     np.testing.assert_allclose(est.meas.force, root.final.meas.force, rtol=1e-6)
@@ -99,7 +100,7 @@ def test_solution_estimate_equals_the_iterated_root_on_the_quiet_twin():
 
 def test_point_reports_the_solution_with_its_offset_and_the_last_measured_residual():
     cfg, rig, ns, F, loop = _loop(PAPER, seed=2)
-    carry = Carry()
+    carry = HbtestCarry()
     for f in (17.9, 18.0):
         out = loop.run(f, carry)
     assert out.converged and out.applied is not None
@@ -181,7 +182,7 @@ def test_stated_uncertainty_covers_the_error_off_resonance():
     z, zj = [], []
     for seed in range(1, 13):
         cfg, rig, ns, F, loop = _loop(BARE, ["sweep.start_hz=17.0", "sweep.stop_hz=17.3", "sweep.points=4"], seed=seed)
-        carry = Carry()
+        carry = HbtestCarry()
         w = np.array([1.0, cfg.test.rotation_length])
         for i, f in enumerate(cfg.sweep.frequencies_hz):
             out = loop.run(float(f), carry)
@@ -202,11 +203,11 @@ def test_stated_uncertainty_covers_the_error_off_resonance():
 def test_carried_jacobian_prior_grows_by_forgetting_and_drift():
     prof = get_profile("hbtest")
     G = np.array([[2.0, -1.0], [0.5, 0.25]])
-    carry = Carry(G=G, G_cov=np.stack([np.diag([1e-4, 4e-4]), np.diag([1e-6, 1e-6])]))
+    carry = HbtestCarry(G=G, G_cov=np.stack([np.diag([1e-4, 4e-4]), np.diag([1e-6, 1e-6])]))
     P = prof.point_prior(carry)
     q = prof.jacobian_drift * np.abs(G).max(axis=1)
     np.testing.assert_allclose(P[:, 0, 0], carry.G_cov[:, 0, 0] / prof.jacobian_forgetting + q**2)
-    assert prof.point_prior(Carry(G=G)) is None  # no posterior yet: the entrywise prior
+    assert prof.point_prior(HbtestCarry(G=G)) is None  # no posterior yet: the entrywise prior
 
 
 def _exact_jacobian_sigma(rig, loop, out):
@@ -230,7 +231,7 @@ def _sweep_ratios(refresh, seed=1):
     cfg, rig, ns, F, loop = _loop(BARE, seed=seed)
     if not refresh:
         loop.profile.jacobian_refresh_points = None
-    carry = Carry()
+    carry = HbtestCarry()
     outs = [loop.run(float(f), carry) for f in cfg.sweep.frequencies_hz]
     assert all(o.converged for o in outs)
     fd = [i for i, o in enumerate(outs) if any(h.kind == "finite_difference" for h in o.history)]
@@ -290,13 +291,13 @@ def test_a_clipped_record_is_left_out_of_the_pool():
     G = loop.finite_differences(num, a, [], None)[1]
     b = loop.evaluate(num, base + 0.05, None)
     c = replace(loop.evaluate(num, base - 0.08, None), overrange=("g2",))
-    got, G_got = loop.pool(num, [a, c, b], G, 0.3)
-    want, G_want = loop.pool(num, [a, b], G, 0.3)
-    np.testing.assert_array_equal(got.Y, want.Y)
-    np.testing.assert_array_equal(G_got, G_want)
-    assert got.meas.n_periods == want.meas.n_periods == a.meas.n_periods + b.meas.n_periods
-    last, G_last = loop.pool(num, [a, b, c], G, 0.3)
-    assert last is c and G_last is G
+    got, want = loop.pool(num, [a, c, b], G, 0.3), loop.pool(num, [a, b], G, 0.3)
+    np.testing.assert_array_equal(got.evaluation.Y, want.evaluation.Y)
+    np.testing.assert_array_equal(got.jacobian, want.jacobian)
+    n = a.meas.n_periods + b.meas.n_periods
+    assert got.evaluation.meas.n_periods == want.evaluation.meas.n_periods == n
+    last = loop.pool(num, [a, b, c], G, 0.3)
+    assert last.evaluation is c and last.jacobian is G
 
 
 def _range_sweep(tmp_path, monkeypatch, restart):

@@ -1,6 +1,6 @@
 """The run store: schema, exact round trips, unwritten vs measured, crash safety, provenance.
 
-Records are built from the exact reference hybrid test (split cantilever, SPEC §2): the true
+Records are built from the exact reference hybrid test (split cantilever, docs/method.md §2): the true
 interface response and forces, with seeded small perturbations as the "measurement"."""
 
 from __future__ import annotations

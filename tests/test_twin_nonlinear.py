@@ -1,4 +1,4 @@
-"""Nonlinear physical substructure on the twin (issue 15): ``[[virtual.nonlinear]]`` elements
+"""Nonlinear physical substructure on the twin: ``[[virtual.nonlinear]]`` elements
 parsed by the same parser as ``[[numerical.nonlinear]]``, simulated in the time domain by the
 twin (checked against exact answers), the exact harmonic-balance reference of the joined
 nonlinear structure (checked against long time integration of the same joined model, an

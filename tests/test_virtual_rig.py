@@ -1,4 +1,4 @@
-"""The virtual twin (issue 3): physics against its own exact references, sensors through the
+"""The virtual twin: physics against its own exact references, sensors through the
 real reconstruction path, reproducibility, limits and configuration errors.
 
 Error budget of the interface reconstruction (reference rig, segment method, 30 periods, the
@@ -6,7 +6,7 @@ hybrid test's own interface motion, all sensor imperfections on):
 - u within 2e-4 and theta within 2e-3 (relative): laser white noise and 16-bit quantisation;
 - without mains: T, M within 5 standard deviations of the fit's own variance estimate (and
   T within 1 %, M within 0.2 %);
-- with 20 microstrain mains (up to ~8x the gauge signal at 16 Hz): within the SPEC §3 mains
+- with 20 microstrain mains (up to ~8x the gauge signal at 16 Hz): within the docs/method.md §3 mains
   averaging bound propagated through the gauge rule, plus 5 standard deviations of white noise.
 """
 
@@ -343,7 +343,7 @@ def test_interface_reconstruction_budget_with_mains(cfg, paper, f):
     rig = VirtualRig(cfg)
     m, ss = reconstruction_errors(rig, ns, force, f)
     nz = rig.spec.noise
-    # SPEC §3 bound on each gauge coefficient, summed over the mains multiples
+    # docs/method.md §3 bound on each gauge coefficient, summed over the mains multiples
     b = sum(np.hypot(*harmonics.mains_error_bound(nz.mains_amplitude * r, h * nz.mains_hz, f, 1, 30)) for h, r in enumerate(nz.mains_harmonics, 1))
     d1, d2 = rig.sensors.gauge_positions
     c = rig.sensors.gauge_calibration

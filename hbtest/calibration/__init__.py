@@ -1,4 +1,4 @@
-"""Sensor calibration (issue 13): versioned calibration records (:mod:`.record`) that replace a
+"""Sensor calibration: versioned calibration records (:mod:`.record`) that replace a
 rig file's nominal sensor values for the reduction, and procedures a lab runs on its rig
 through the :class:`hbtest.rig.Rig` protocol (:mod:`.procedures`: mains frequency from a
 zero-demand record; channel gain and lag relative to the reference laser from the physical
@@ -23,8 +23,6 @@ from .procedures import (
     calibrate_channels,
     calibrate_mains,
 )
-from .uncertainty import calibration_perturbations
-from .resolve import RESOLVE_METHODS, Resolved, resolve_point
 from .record import (
     CALIBRATION_VERSION,
     CHANNEL_VALUES,
@@ -33,6 +31,8 @@ from .record import (
     load_calibration,
     save_calibration,
 )
+from .resolve import RESOLVE_METHODS, Resolved, resolve_point
+from .uncertainty import calibration_perturbations
 
 __all__ = [
     "CALIBRATION_VERSION",

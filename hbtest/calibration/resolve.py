@@ -1,4 +1,4 @@
-"""Hybrid re-solution with another calibration (``hbtest reduce``; issue 13): the hybrid
+"""Hybrid re-solution with another calibration (``hbtest reduce``): the hybrid
 solution a re-run of the sweep with the new calibration would converge to, computed from what
 the run measured, without the rig.
 

@@ -1,5 +1,5 @@
 """First-order effect of calibration uncertainties on the measured interface quantities (used by
-:func:`hbtest.frf.frf_uncertainty`; issue 13).
+:func:`hbtest.frf.frf_uncertainty`).
 
 The reduction (:mod:`hbtest.sensors`) corrects channel j's raw coefficient at harmonic k of
 ``f`` as ``c_j = raw_j scale_j / (h_j(kf) exp(-i 2 pi k f skew_j))`` and maps the corrected

@@ -1,4 +1,4 @@
-"""Classical real-time hybrid testing (RTHT) in the time domain (SPEC §4): the baseline the
+"""Classical real-time hybrid testing (RTHT) in the time domain (docs/method.md §4): the baseline the
 iterative Fourier-domain test is compared with, and a design tool for delay compensation.
 
 One module per job (the loop and its integrator are described in :mod:`.loop`):
@@ -93,18 +93,48 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 if TYPE_CHECKING:  # static tools see the names eagerly
-    from .transfer import discretize_foh, TransferSystem, LagModel, identify_lag  # noqa: F401
-    from .compensators import History, Compensator, NoCompensation, PolynomialPredictor, AdaptiveForwardPredictor, InverseModelCompensator, MinimalControlSynthesis  # noqa: F401
-    from .registry import LagParameters, CompensatorOptions, TRANSFERS, COMPENSATORS, make_transfer, make_compensator  # noqa: F401
-    from .limits import MAX_STEPS, MAX_PREDICTOR_ORDER, MAX_PREDICTOR_SAMPLES  # noqa: F401
-    from .systems import HybridSystem, sdof_benchmark, three_mass_benchmark, chain_benchmark, cantilever_benchmark, ns_state_space, ps_state_space, plant_state_space  # noqa: F401
-    from .loop import Excitation, ClassicalResult, simulate, simulate_emulated, check_run_size  # noqa: F401
-    from .response import GrowthRate, growth_rate, fundamental_amplitude, delay_and_amplification  # noqa: F401
-    from .prediction import FREE_RESPONSE_DISPLACEMENT, predicted_equation, predicted_rightmost, critical_delay_predicted, critical_delay_simulated  # noqa: F401
+    from .compare import (  # noqa: F401
+        ACTUATOR_DAMPING_RATIO,
+        ClassicalPointDone,
+        CompareResult,
+        classical_point,
+        compare_sweep,
+        iterative_points,
+    )
+    from .compensators import (  # noqa: F401
+        AdaptiveForwardPredictor,
+        Compensator,
+        History,
+        InverseModelCompensator,
+        MinimalControlSynthesis,
+        NoCompensation,
+        PolynomialPredictor,
+    )
+    from .limits import MAX_PREDICTOR_ORDER, MAX_PREDICTOR_SAMPLES, MAX_STEPS  # noqa: F401
+    from .loop import ClassicalResult, Excitation, check_run_size, simulate, simulate_emulated  # noqa: F401
+    from .outputs import check_file_target, check_store_target  # noqa: F401
+    from .plots import compare_figure, run_figure, subspace_figure  # noqa: F401
+    from .prediction import (  # noqa: F401
+        FREE_RESPONSE_DISPLACEMENT,
+        critical_delay_predicted,
+        critical_delay_simulated,
+        predicted_equation,
+        predicted_rightmost,
+    )
+    from .registry import COMPENSATORS, TRANSFERS, CompensatorOptions, LagParameters, make_compensator, make_transfer  # noqa: F401
     from .report import LoopReport, run_loop  # noqa: F401
-    from .compare import ACTUATOR_DAMPING_RATIO, ClassicalPointDone, CompareResult, classical_point, iterative_points, compare_sweep  # noqa: F401
-    from .outputs import check_store_target, check_file_target  # noqa: F401
-    from .plots import subspace_figure, run_figure, compare_figure  # noqa: F401
+    from .response import GrowthRate, delay_and_amplification, fundamental_amplitude, growth_rate  # noqa: F401
+    from .systems import (  # noqa: F401
+        HybridSystem,
+        cantilever_benchmark,
+        chain_benchmark,
+        ns_state_space,
+        plant_state_space,
+        ps_state_space,
+        sdof_benchmark,
+        three_mass_benchmark,
+    )
+    from .transfer import LagModel, TransferSystem, discretize_foh, identify_lag  # noqa: F401
 
 
 def __getattr__(name: str):

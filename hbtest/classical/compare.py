@@ -1,5 +1,5 @@
 """The classical real-time hybrid test against the iterative Fourier-domain test at every
-frequency of a sweep (what ``hbtest compare`` runs; SPEC §4).
+frequency of a sweep (what ``hbtest compare`` runs; docs/method.md §4).
 
 For each sweep frequency, :func:`classical_point` runs the classical test of the sweep's
 cantilever (:func:`~hbtest.classical.cantilever_benchmark`: NS root beam, PS tip beam with
@@ -10,7 +10,7 @@ a store; :func:`iterative_points` reads its FRFs with :mod:`hbtest.frf`. The del
 analysis (:mod:`hbtest.stability`) predicts the critical delay of the split.
 
 FRFs are interface displacement ``u`` per unit external force [m/N] at the fundamental, as
-``[re, im]`` pairs in the JSON-ready dicts (``x(t) = Re(X e^{i w t})``, SPEC §0).
+``[re, im]`` pairs in the JSON-ready dicts (``x(t) = Re(X e^{i w t})``, docs/method.md §0).
 Errors are relative, ``|H - H_ref| / |H_ref|``.
 """
 
@@ -26,9 +26,9 @@ from typing import Callable
 import numpy as np
 
 from ..events import Event
+from .loop import Excitation, check_run_size, simulate
 from .outputs import check_store_target
 from .response import finite_or_none
-from .loop import Excitation, check_run_size, simulate
 from .systems import HybridSystem, cantilever_benchmark
 from .transfer import TransferSystem
 

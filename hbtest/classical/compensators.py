@@ -5,7 +5,7 @@ numerical substructure's interface demand into the actuator command, once per re
   measured actuator displacement ``X[j]``), indexed from before the run;
 - :class:`Compensator` — the abstract interface (``start``, ``command``, ``trace``, ``lti``);
 - :class:`NoCompensation`, :class:`PolynomialPredictor`, :class:`AdaptiveForwardPredictor`,
-  :class:`InverseModelCompensator`, :class:`MinimalControlSynthesis` — SPEC §4.
+  :class:`InverseModelCompensator`, :class:`MinimalControlSynthesis` — docs/method.md §4.
 
 Units: SI (m, s); the command has the demand's units. Arrays of one step are ``(3, n_ch)``:
 displacement, velocity, acceleration rows, one column per interface channel (actuator).

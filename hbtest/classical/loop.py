@@ -1,4 +1,4 @@
-"""The time-stepping loop of a classical real-time hybrid test (RTHT, SPEC §4): :func:`simulate`
+"""The time-stepping loop of a classical real-time hybrid test (RTHT, docs/method.md §4): :func:`simulate`
 (the hybrid loop), :func:`simulate_emulated` (the monolithic reference), :class:`Excitation`,
 :class:`ClassicalResult`, and the size check of a run (:func:`check_run_size`).
 

@@ -15,7 +15,13 @@ from typing import Callable
 import numpy as np
 
 from ..stability import DelayEquation, DelayTerm, polynomial_predictor_weights
-from .compensators import AdaptiveForwardPredictor, Compensator, InverseModelCompensator, NoCompensation, PolynomialPredictor
+from .compensators import (
+    AdaptiveForwardPredictor,
+    Compensator,
+    InverseModelCompensator,
+    NoCompensation,
+    PolynomialPredictor,
+)
 from .loop import Excitation, simulate
 from .systems import HybridSystem
 from .transfer import TransferSystem

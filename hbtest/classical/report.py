@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .compensators import Compensator
+from .loop import ClassicalResult, Excitation, simulate
 from .prediction import FREE_RESPONSE_DISPLACEMENT, predicted_rightmost
 from .response import GrowthRate, finite_or_none
-from .loop import ClassicalResult, Excitation, simulate
 from .systems import HybridSystem
 from .transfer import TransferSystem
 

@@ -1,6 +1,6 @@
 """Measures of a classical hybrid-test response: growth rate of its envelope (stability
 verdict and dominant frequency), steady harmonic amplitude, and the delay and relative
-amplification of a PS interface signal against its NS counterpart (SPEC §4).
+amplification of a PS interface signal against its NS counterpart (docs/method.md §4).
 
 Harmonic amplitudes use the one convention and fit of :mod:`hbtest.harmonics`
 (``x(t) = a0 + Re(X e^{i w t})``, ``X = a - i b``), over whole periods of the record.

@@ -14,7 +14,7 @@ spaces the time-stepping loop integrates.
 
 Units: SI (m, rad, N, N m, s, kg). Sign conventions: the PS interface force ``r`` acts on the
 NS with a minus sign (``M q'' + C q' + K q = f_ext - E r``); a complex force amplitude ``F``
-means ``f(t) = Re(F e^{i w t}) = Re(F) cos(w t) - Im(F) sin(w t)`` (SPEC §0).
+means ``f(t) = Re(F e^{i w t}) = Re(F) cos(w t) - Im(F) sin(w t)`` (docs/method.md §0).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``hbtest classical {sdof,chain}``: a time-domain classical real-time hybrid test with a
-delay compensator (SPEC §4). The work is done by :func:`hbtest.classical.run_loop`; this
+delay compensator (docs/method.md §4). The work is done by :func:`hbtest.classical.run_loop`; this
 module parses, checks flags and prints (and holds the flag checks ``hbtest compare`` shares).
 
 ``classical sdof``: the single oscillator split at its spring (``m z'' + c z' + k z +
@@ -313,25 +313,3 @@ def _print_loop(args, out: dict, transfer, cinfo: dict) -> None:
         print(f"  final {key:<14} " + ", ".join(f"{a:.5g}" for a in v))
     if args.plot:
         print(f"  plot {args.plot}")
-
-
-_MOVED = {
-    # former names of this module, now in the library (hbtest.classical) or in hbtest.commands.compare
-    "COMPENSATORS": ("hbtest.classical", "COMPENSATORS"),
-    "TRANSFERS": ("hbtest.classical", "TRANSFERS"),
-    "classical_point": ("hbtest.classical", "classical_point"),
-    "iterative_points": ("hbtest.classical", "iterative_points"),
-    "register_compare": ("hbtest.commands.compare", "register"),
-    "run_compare": ("hbtest.commands.compare", "run"),
-}
-
-
-def __getattr__(name: str):
-    """The moved names, imported on use (no import cost while the parser is built)."""
-    import importlib
-
-    try:
-        module, attr = _MOVED[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    return getattr(importlib.import_module(module), attr)

@@ -1,5 +1,5 @@
 """``hbtest compare SWEEPFILE --delay T``: the classical real-time hybrid test against the
-iterative Fourier-domain test at every frequency of a sweep (SPEC §4). The work is done by
+iterative Fourier-domain test at every frequency of a sweep (docs/method.md §4). The work is done by
 :func:`hbtest.classical.compare_sweep`; this module parses, checks flags and prints.
 
 Before anything runs: every output path is checked (``--store``: refused if it exists unless

@@ -18,8 +18,8 @@ def run(args) -> int:
 
     from ..errors import UserError
     from ..export import check_intact
-    from ..frf import format_sync_table, sync_table
     from ..family import has_levels
+    from ..frf import format_sync_table, sync_table
     from ..plot import bode_png, convergence_png, default_png_path, family_png
     from ..store import open_run
 

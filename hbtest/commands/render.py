@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import sys
 
-from ..events import Event, LockTakenOver, Notice, PlotWritten, PointFinished, PointMoved, RunFinished, RunStarted, StopRequested
+from ..events import (
+    Event,
+    LockTakenOver,
+    Notice,
+    PlotWritten,
+    PointFinished,
+    PointMoved,
+    RunFinished,
+    RunStarted,
+    StopRequested,
+)
 
 __all__ = ["render", "printer"]
 

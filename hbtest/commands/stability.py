@@ -1,4 +1,4 @@
-"""``hbtest stability {sdof,chain,beam}``: critical delays of real-time hybrid tests (SPEC §4).
+"""``hbtest stability {sdof,chain,beam}``: critical delays of real-time hybrid tests (docs/method.md §4).
 
 - ``sdof --m --k --c --ks [--method roots|phase-margin]``: the single oscillator split at its
   spring; with ``--delay --predictor-order --predictor-samples --sample-time`` the interval of

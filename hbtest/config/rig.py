@@ -8,7 +8,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-
 from ..errors import ConfigError
 from ..rig import registry
 from ..schema import BeamSpec, RigCommon, Section, SourceFile, read_beam

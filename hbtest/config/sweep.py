@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..numerical.table import CONTACT_SIDES, NONLINEAR_DOFS, NonlinearElementSpec, read_element_tables
 from ..schema import BeamSpec, Section, SourceFile, read_beam
 from .family import AUTO_THRESHOLD, MAX_AUTO_HARMONIC
-from ..numerical.table import CONTACT_SIDES, NONLINEAR_DOFS, NonlinearElementSpec, read_element_tables
 from .files import load_toml
 
 __all__ = ["NumericalSpec", "NonlinearElementSpec", "read_nonlinear", "ExcitationSpec", "SweepSpec",

@@ -1,4 +1,4 @@
-"""Continuation of the hybrid test's response curve through folds (issue 15):
+"""Continuation of the hybrid test's response curve through folds:
 ``sweep.continuation = "arclength"`` traces the curve in (actuator voltages, frequency) by
 pseudo-arclength on the rig (:mod:`hbtest.continuation.arclength`); names and step constants
 in :mod:`hbtest.continuation.settings`; the sweep's path (:mod:`hbtest.continuation.runner`);

@@ -63,18 +63,22 @@ leaves the band or the slots run out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .. import solver
 from ..errors import RigTrip
 from ..numerical.continuation import bordered_step, bordered_tangent
-from ..point import HbtestProfile, NumericalSide, PointLoop, PointOutcome
-from ..sensors import excluded_energy_fraction
+from ..point import HbtestCarry, HbtestProfile, NumericalSide, PointLoop, PointOutcome, PointResult
+from ..point.base import PoolingProfile
 from .settings import ArclengthSettings
 
 __all__ = ["HybridArclength", "TracedPoint", "hermite_extremum"]
+
+#: each evaluation settles to this fraction of the residual level the point needs: the hbtest
+#: profile's own constant (one declaration)
+SETTLE_FRACTION = HbtestProfile.settle_fraction
 
 
 @dataclass
@@ -183,7 +187,7 @@ class HybridArclength:
         """``Gz`` by finite differences at evaluation ``e``: each voltage (the point loop's
         :meth:`~PointLoop.finite_differences`) and the frequency."""
         lp = self.loop
-        tol = self.s.settle_fraction * self.r_target
+        tol = SETTLE_FRACTION * self.r_target
         _, G = lp.finite_differences(num, e, history, tol)
         f = num.frequency_hz
         df = self.s.frequency_fd_fraction * self.f_scale * (1 if f + self.s.frequency_fd_fraction * self.f_scale <= self.hi else -1)
@@ -204,7 +208,7 @@ class HybridArclength:
         U = lp.displacement_amplitude(e)
         wanted = st.accuracy * U
         target = HbtestProfile.residual_target(st, wanted, amp)
-        balanced = lp.profile.harmonics_balanced(lp, num, e) if hasattr(lp.profile, "harmonics_balanced") else True
+        balanced = lp.profile.harmonics_balanced(lp, num, e) if isinstance(lp.profile, PoolingProfile) else True
         # the error along the measured residual's direction, and the worst over directions
         # (the Broyden-carried Jacobian may misjudge the direction, not the amplification)
         worst = amp * e.norm
@@ -215,21 +219,15 @@ class HybridArclength:
 
     def _outcome(self, f: float, e, converged: bool, iterations: int, history: list, t0: float, reason: str, message: str) -> PointOutcome:
         lp = self.loop
-        out = PointOutcome(f, e, converged, iterations, (lp.rig.elapsed_s - t0) * f, history, message, reason)
-        if e is not None and e.acq is not None:
-            out.excluded_energy_fraction = excluded_energy_fraction(e.acq, lp.layout, lp.orders, method=lp.s.force_method,
-                                                                    reject_mains=lp.profile.reject_mains)
-        return out
+        return lp.outcome(f, PointResult(e, converged, iterations, reason, message), history, (lp.rig.elapsed_s - t0) * f)
 
     # -- the trace -------------------------------------------------------------------------
     def start(self, carry=None) -> TracedPoint:
         """The first point at the band's start (``stop`` for direction -1), converged by the
         point loop's own profile; then the rig Jacobian in frequency and the first tangent."""
-        from ..point import Carry
-
         lp = self.loop
         f0 = self.lo if self.direction > 0 else self.hi
-        carry = Carry() if carry is None else carry
+        carry = lp.new_carry() if carry is None else carry
         t0 = lp.rig.elapsed_s
         out = lp.run(f0, carry)
         if not out.converged:
@@ -239,15 +237,15 @@ class HybridArclength:
         self.d_scale = float(np.abs(num.D).max())
         e = out.final
         history = out.history
-        if carry.G is not None:
+        if isinstance(carry, HbtestCarry) and carry.G is not None:
             f = num.frequency_hz
             df = self.s.frequency_fd_fraction * self.f_scale * self.direction
-            ef = lp.evaluate(self.numerical_side(f + df), e.V, self.s.settle_fraction * self.r_target, kind="finite_difference")
+            ef = lp.evaluate(self.numerical_side(f + df), e.V, SETTLE_FRACTION * self.r_target, kind="finite_difference")
             history.append(ef)
             self.Gz = np.hstack([carry.G * self.v_scale, ((ef.Y - e.Y) / df * self.f_scale)[:, None]])
         else:
             self._measure_jacobian(num, e, history)
-        out.rig_periods = (lp.rig.elapsed_s - t0) * f0
+        out = replace(out, rig_periods=(lp.rig.elapsed_s - t0) * f0)
         self.z, self.e = self.scale(e.V, f0), e
         direction = np.zeros(self.n_v + 1)
         direction[-1] = self.direction
@@ -267,7 +265,7 @@ class HybridArclength:
         lp = self.loop
         self.pending_t0 = lp.rig.elapsed_s
         num = self.numerical_side(float(f[-1]))
-        e = lp.evaluate(num, V[-1], self.s.settle_fraction * self.r_target, kind="start")
+        e = lp.evaluate(num, V[-1], SETTLE_FRACTION * self.r_target, kind="start")
         self.pending.append(e)
         self._measure_jacobian(num, e, self.pending)
         self.z, self.e = self.scale(e.V, float(f[-1])), e
@@ -300,8 +298,10 @@ class HybridArclength:
             e_last = history[-1] if history else None
             if e_last is not None and e_last.overrange:
                 self.finished = True
-                out = lp.outcome(self._last_num, e_last, False, len(history), history, "overrange")
-                out.rig_periods = (lp.rig.elapsed_s - t0) * out.frequency_hz
+                f = self._last_num.frequency_hz
+                reason, message = lp.stop_message(e_last, "overrange")
+                # (no excluded_energy_fraction on this path, as before the point loop's outcome)
+                out = PointOutcome(f, e_last, False, len(history), (lp.rig.elapsed_s - t0) * f, history, message, reason)
                 return TracedPoint(out, z0, tz0, self.h)
             self.h *= 0.5
             if self.h < self.s.min_step:
@@ -313,7 +313,7 @@ class HybridArclength:
             # the rig Jacobian may have drifted: re-measure it at the last point of the curve
             V0, f0 = self.unscale(z0)
             num0 = self.numerical_side(f0)
-            e0 = lp.evaluate(num0, V0, self.s.settle_fraction * self.r_target, kind="start")
+            e0 = lp.evaluate(num0, V0, SETTLE_FRACTION * self.r_target, kind="start")
             history.append(e0)
             self._measure_jacobian(num0, e0, history)
             self.e = e0
@@ -369,7 +369,7 @@ class HybridArclength:
             V, f = self.unscale(z)
             num = self.numerical_side(f)
             self._last_num = num
-            raw = lp.evaluate(num, V, self.s.settle_fraction * self.r_target, kind="start" if it == 1 else "iteration",
+            raw = lp.evaluate(num, V, SETTLE_FRACTION * self.r_target, kind="start" if it == 1 else "iteration",
                               noise_target=self._noise_target(pooled_noise))
             history.append(raw)
             z = self.scale(raw.V, f)  # clipped to the voltage limit where the demand was beyond it
@@ -406,12 +406,11 @@ class HybridArclength:
         last evaluation itself."""
         prof = self.loop.profile
         fraction = self.s.pool_prior_fraction
-        if not hasattr(prof, "pool_prior_fraction") or len(raws) < 2:
+        if not isinstance(prof, PoolingProfile) or len(raws) < 2:
             return raws[-1]
-        e, G = self.loop.pool(num, raws, self.Gz, fraction, demands=np.stack(zs))
-        if getattr(prof, "jacobian_from_pool", False):
-            self.Gz = G
-        return e
+        pooled = self.loop.pool(num, raws, self.Gz, fraction, demands=np.stack(zs))
+        self.Gz = pooled.jacobian
+        return pooled.evaluation
 
     def _noise_target(self, pooled_noise: float) -> float | None:
         """Residual noise [m] the next record must reach so that, pooled with the corrector's
@@ -419,6 +418,6 @@ class HybridArclength:
         current residual level (:meth:`HbtestProfile.noise_target`); None for a profile
         without one (its own window rule)."""
         prof = self.loop.profile
-        if not hasattr(prof, "noise_target"):
+        if not isinstance(prof, PoolingProfile):
             return None
         return float(prof.noise_target(self.r_target, pooled_noise))

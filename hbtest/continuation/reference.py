@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import harmonics
 from ..numerical import NonlinearSubstructure
+from ..rig.capabilities import KnownPhysicalSide
 from ..substructure import Substructure, join_beams
 
 __all__ = ["joined_structure", "reference_on_branch", "nearest_on_curve", "NEAREST_TOLERANCE", "NEAREST_MAX_ITERATIONS",
@@ -125,9 +126,7 @@ class TraceReference:
 
     @classmethod
     def applies(cls, rig, ns) -> bool:
-        model = getattr(rig, "model", None)
-        ps_linear = model is None or not bool(model.spec.nonlinear)
-        return (hasattr(rig, "ps_substructure") and ps_linear and not getattr(ns, "is_linear", True)
+        return (isinstance(rig, KnownPhysicalSide) and rig.ps_is_linear and not getattr(ns, "is_linear", True)
                 and len(ns.active) == len(ns.interface))
 
     def __call__(self, frequency_hz: float, orders, measured) -> np.ndarray:

@@ -36,8 +36,6 @@ class ArclengthSettings:
     - ``model_frequency_step``: relative frequency step of the central difference of the
       numerical side's explicit ``dR/df`` (a model, no rig time);
     - ``max_points``: slots of the store, the trace stops when they are full;
-    - ``settle_fraction``: each evaluation settles to this fraction of the residual level the
-      point needs (as the hbtest profile);
     - ``worst_case_factor``: a point is accepted when the interface error its residual implies
       is within ``test.accuracy`` (as the hbtest profile) *and* the worst error any residual
       of that size could imply (the 2-norm of the residual-to-displacement operator times the
@@ -71,7 +69,6 @@ class ArclengthSettings:
     frequency_fd_fraction: float = 2e-3
     model_frequency_step: float = 1e-6
     max_points: int = DEFAULT_MAX_POINTS
-    settle_fraction: float = 0.65
     max_voltage_step_factor: float = 4.0
     worst_case_factor: float = 1.5
     fold_confirm_points: int = 2

@@ -1,4 +1,4 @@
-"""Test design (SPEC §1): what a sweep will meet before the rig runs. Frequencies in Hz,
+"""Test design (docs/method.md §1): what a sweep will meet before the rig runs. Frequencies in Hz,
 lengths in mm in the report (SI inside the modules); see each module's docstring.
 
 - :mod:`.report` — the design report: hybrid and clamped-interface modes, nodes, and the

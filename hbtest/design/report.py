@@ -1,4 +1,4 @@
-"""Test-design report for a sweep file (SPEC §1): modes of the emulated (hybrid) structure,
+"""Test-design report for a sweep file (docs/method.md §1): modes of the emulated (hybrid) structure,
 clamped-interface modes of both substructures, nodes of the modes, and warnings.
 
 Why these numbers matter: poles of ``D_N`` and ``D_P`` (clamped-interface modes) are

@@ -7,6 +7,7 @@ Units: SI; conventions in :mod:`hbtest.numerical.base` and :mod:`hbtest.numerica
 """
 
 from .base import HarmonicBalanceError, InterfaceResponse, NumericalSubstructure
+from .continuation import ContinuationSettings, ResponseCurve, trace_response
 from .elements import (
     ELEMENT_KINDS,
     MIN_TIME_SAMPLES,
@@ -23,9 +24,7 @@ from .elements import (
     packed_force,
     register_element,
 )
-from .continuation import ContinuationSettings, ResponseCurve, trace_response
 from .linear import LinearSubstructure, external_interface_force
-from .table import CONTACT_SIDES, NONLINEAR_DOFS, NonlinearElementSpec, read_element_tables
 from .nonlinear import (
     LINE_SEARCH_HALVINGS,
     NEWTON_MAX_ITERATIONS,
@@ -35,6 +34,7 @@ from .nonlinear import (
     HarmonicBalanceSolution,
     NonlinearSubstructure,
 )
+from .table import CONTACT_SIDES, NONLINEAR_DOFS, NonlinearElementSpec, read_element_tables
 
 __all__ = [
     "NumericalSubstructure", "InterfaceResponse", "HarmonicBalanceError",

@@ -1,75 +1,118 @@
-"""The solver-profile base class and the registry of profiles by name (the sweep file's
-``solver.profile``). Concrete profiles live in :mod:`hbtest.point.profiles`."""
+"""What a solver profile is, and the registry of profiles by name (the sweep file's
+``solver.profile``).
+
+A point flows one way (``docs/architecture.md``, "One point"): :meth:`PointLoop.run
+<hbtest.point.loop.PointLoop.run>` calls the profile's :meth:`SolverProfile.run` once; the
+profile calls the measuring part (:class:`~hbtest.point.loop.PointLoop`: apply, settle or fit
+through the transient, reduce, residual, pool) and returns a :class:`PointResult`; the loop
+builds the frozen :class:`~hbtest.point.loop.PointOutcome` from it. The measuring part never
+calls the profile: how long it measures is a frozen :class:`WindowRule` the profile hands it
+when the loop is built (:meth:`SolverProfile.window_rule`; the rules: :mod:`hbtest.point.windows`).
+
+Each profile keeps what it carries from one point to the next in its own typed state (a
+:class:`Carried` subclass made by :meth:`SolverProfile.new_carry`). Concrete profiles:
+:mod:`hbtest.point.published`, :mod:`hbtest.point.hbtest`; a third profile is a new module with
+a registered class.
+"""
 
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
-__all__ = ["SolverProfile", "PROFILES", "register_profile", "get_profile"]
+import numpy as np
+
+from .windows import FixedWindows, WindowRule
+
+__all__ = ["SolverProfile", "PROFILES", "register_profile", "get_profile", "PointResult", "Carried", "WindowRule",
+           "FixedWindows", "PoolingProfile"]
 
 
-class SolverProfile(abc.ABC):
-    """Base class: window sizing, settling rule, mains rejection and the iteration."""
+@dataclass(frozen=True)
+class PointResult:
+    """What a profile returns for one point: the evaluation it reports (``final``; None when
+    the rig tripped before any), whether it converged, the iterations it counts, why it
+    stopped (one of :data:`hbtest.point.loop.STOP_REASONS`) and a message for a person.
+
+    A profile that reports the point at an estimate the rig did not hold (the hbtest
+    profile's pooled-fit solution) also gives ``applied``, the last evaluation the rig held,
+    ``solution_offset`` |U* - U_P(applied)| and the stated standard uncertainties [m, weighted
+    norm] (:class:`hbtest.point.loop.PointOutcome` documents each)."""
+
+    final: Any
+    converged: bool
+    iterations: int
+    reason: str
+    message: str
+    applied: Any = None
+    solution_offset: float = 0.0
+    uncertainty: float = float("nan")
+    noise_uncertainty: float = float("nan")
+    uncertainty_with_jacobian: float = float("nan")
+
+
+@dataclass
+class Carried:
+    """What every profile hands from one point to the next: the converged solutions
+    ``(frequency_hz, V packed, Y packed)`` in order, and where to start when there is none
+    yet (``start_V``: a resumed sweep, a force family's next level). A profile's own state is
+    a subclass of this (:meth:`SolverProfile.new_carry`)."""
+
+    solutions: list = field(default_factory=list)
+    start_V: np.ndarray | None = None
+
+
+@runtime_checkable
+class PoolingProfile(Protocol):
+    """A profile that pools a point's evaluations (:meth:`PointLoop.pool
+    <hbtest.point.loop.PointLoop.pool>`) and judges each harmonic on its own scale; other
+    loops that iterate on the measuring part (the arclength corrector) follow it when the
+    point loop's profile declares this."""
+
+    #: prior standard deviation of the rig Jacobian's entries in a pool, as a fraction of the
+    #: largest entry of its row
+    pool_prior_fraction: float
+
+    def noise_target(self, r_target: float, pooled_noise: float, solve: bool = False) -> float: ...
+
+    def harmonics_balanced(self, loop, num, e) -> bool: ...
+
+
+C = TypeVar("C", bound=Carried)
+
+
+class SolverProfile(abc.ABC, Generic[C]):
+    """A way of iterating one point: its window rule, its carried state (``C``) and its
+    iteration."""
 
     name = ""
-    #: estimate and subtract the known mains frequencies in the harmonic fit
-    reject_mains = False
-    #: least number of windows of an evaluation (the settling check needs two)
-    min_settle_windows = 2
-    #: fit the steady state through the transient (known modes) instead of waiting, where
-    #: the rig offers raw records and its modes (:meth:`PointLoop.evaluate_through_transient`)
-    fit_transient = False
 
-    def max_windows(self, s) -> int:
-        """Most windows of one evaluation (settled or not)."""
-        return int(s.max_settle_windows)
-
-    def settle_distance(self, loop, num, prev, cur) -> float:
-        """Change between two successive windows, each ``(measurement, displacement-form
-        residual R)``: by default the convergence norm of the change of R [m]."""
-        return loop.norm(cur[1] - prev[1])
-
-    def initial_window(self, s) -> int:
-        """Periods of the first averaging window."""
-        return int(s.averaging_periods)
-
-    def next_window(self, window: int, noise: float, transient_tol: float, s) -> int:
-        """Periods of the next window, given the residual noise of the last [m]."""
-        return window
-
-    def first_record(self, loop) -> int:
-        """Periods of the first record of a transient-fit evaluation."""
-        return max(int(loop.window), int(loop.s.min_window_periods))
-
-    def record_periods(self, loop, total: int, noise: float, norm: float, transient_tol: float, noise_target: float | None) -> int:
-        """Periods the growing record of a transient-fit evaluation should reach, given the
-        ``total`` so far, its residual noise and residual norm [m]; ``noise_target`` [m] from
-        the profile when it sized this evaluation itself (None: the window rule)."""
-        return self.next_window(total, noise, transient_tol, loop.s)
-
-    def settled(self, d: float, prev_d: float | None, noise: float, transient_tol: float) -> bool:
-        """Is the response settled, given the residual change ``d`` between the last two
-        windows (and ``prev_d`` before that)?"""
-        return d < transient_tol
+    def window_rule(self, s) -> WindowRule:
+        """The frozen window rule of this profile under the point settings ``s``."""
+        return FixedWindows(s.averaging_periods, s.max_settle_windows, s.min_window_periods)
 
     @abc.abstractmethod
-    def run(self, loop, num, carry, history: list):
-        """Iterate one point; append every rig evaluation to ``history``."""
+    def new_carry(self, start_V: np.ndarray | None = None) -> C:
+        """The state a sweep carries along its points, empty (``start_V``: see :class:`Carried`)."""
+
+    @abc.abstractmethod
+    def run(self, loop, num, carry: C, history: list) -> PointResult:
+        """Iterate one point on the measuring part ``loop`` at the numerical side ``num``;
+        append every rig evaluation to ``history``; update ``carry`` for the next point."""
 
 
-PROFILES: dict[str, type[SolverProfile]] = {}
+PROFILES: dict[str, type[SolverProfile[Any]]] = {}
 
 
-def register_profile(cls: type[SolverProfile]) -> type[SolverProfile]:
+def register_profile(cls: type[SolverProfile[Any]]) -> type[SolverProfile[Any]]:
     """Class decorator: make a profile available under ``cls.name``."""
     PROFILES[cls.name] = cls
     return cls
 
 
-def get_profile(name: str) -> SolverProfile:
+def get_profile(name: str) -> SolverProfile[Any]:
     try:
         return PROFILES[name]()
     except KeyError:
         raise ValueError(f"unknown solver profile {name!r}; known: {', '.join(PROFILES)}") from None
-
-

@@ -1,11 +1,12 @@
-"""One frequency point of the iterative hybrid test (SPEC §2): the machinery.
+"""One frequency point of the iterative hybrid test (docs/method.md §2): the machinery.
 
 Apply a demand, settle, measure the PS interface through the sensors, form the residual
 against the numerical substructure. *How* the voltages are iterated (Jacobian, steps, windows,
 stopping) is a solver profile (:mod:`hbtest.point.profiles`); this module only measures and
-offers the operations profiles are built from. Only the :class:`~hbtest.rig.Rig` protocol is
-used: a virtual twin and real hardware look the same. A rig that averages on the device
-(``acquire_coefficients``) is used through that capability, raw samples otherwise.
+offers the operations profiles are built from. Only the :class:`~hbtest.rig.Rig` protocol and
+the declared capabilities (:mod:`hbtest.rig.capabilities`) are used: a virtual twin and real
+hardware look the same. A rig that averages on the device (``DeviceAveraging``) is used
+through that capability, raw samples otherwise.
 
 Residual (per harmonic k of the solved orders):
 - displacement form ``R_k = U_P - D_N(ikW)^-1 (F_e - F_P)`` [m, rad];
@@ -16,18 +17,27 @@ The *convergence norm* is always the displacement form, with rotations weighted 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .. import estimators, harmonics, solver
 from ..errors import RigTrip
 from ..rig import ChannelCoefficients
-from ..sensors import EXCLUDED_MAX_ORDER, InterfaceMeasurement, excluded_energy_fraction, measure_interface, measure_interface_from_coefficients
-from .base import get_profile
+from ..rig.capabilities import DeviceAveraging, KnownModes
+from ..rig.safety import ADC_FULL_SCALE_FRACTION, overrange_channels
+from ..sensors import (
+    EXCLUDED_MAX_ORDER,
+    InterfaceMeasurement,
+    excluded_energy_fraction,
+    measure_interface,
+    measure_interface_from_coefficients,
+)
+from .base import Carried, PointResult, get_profile
 from .numerical import NumericalSide
 
-__all__ = ["PointSettings", "Evaluation", "PointOutcome", "Carry", "PointLoop", "STOP_REASONS", "OVERRANGE_FRACTION", "EVALUATION_KINDS"]
+__all__ = ["PointSettings", "Evaluation", "PointOutcome", "Pooled", "PointLoop", "STOP_REASONS", "OVERRANGE_FRACTION",
+           "EVALUATION_KINDS"]
 
 #: why a point stopped (stored per point as ``stop_reason``)
 STOP_REASONS = ("converged", "iteration_limit", "voltage_limit", "overrange", "trip", "stalled")
@@ -37,7 +47,8 @@ STOP_REASONS = ("converged", "iteration_limit", "voltage_limit", "overrange", "t
 EVALUATION_KINDS = ("start", "iteration", "line_search", "finite_difference")
 
 #: a channel whose |sample| reaches this fraction of the ADC full scale is taken as clipped
-OVERRANGE_FRACTION = 0.999
+#: (:func:`hbtest.rig.safety.overrange_channels`)
+OVERRANGE_FRACTION = ADC_FULL_SCALE_FRACTION
 #: prior scale of a zero row of the rig Jacobian when pooling, relative to its largest entry
 POOL_ROW_FLOOR = 1e-6
 
@@ -124,22 +135,12 @@ class Evaluation:
         return float(self.window_periods[-1]) if self.window_periods else 0.0
 
 
-@dataclass
-class Carry:
-    """What one point hands to the next: the Jacobian estimate and previous solutions."""
-
-    H: np.ndarray | None = None  # published: inverse residual Jacobian
-    G: np.ndarray | None = None  # hbtest: rig Jacobian d[U_P; F_P]/dV (weighted, packed)
-    solutions: list = field(default_factory=list)  # (frequency_hz, V packed, Y packed)
-    start_V: np.ndarray | None = None  # where to start when there is no solution yet (resume)
-    r_target: float | None = None  # hbtest: residual level the last point needed [m]
-    G_cov: np.ndarray | None = None  # hbtest: posterior covariance of G's rows at the last point
-
-
-@dataclass
+@dataclass(frozen=True)
 class PointOutcome:
-    """How a point ended. ``final`` is the last evaluation (None when the rig tripped before
-    any); ``reason`` one of :data:`STOP_REASONS`; ``message`` says it for a person."""
+    """How a point ended, built once by :meth:`PointLoop.run` from the profile's
+    :class:`~hbtest.point.base.PointResult`. ``final`` is the evaluation reported (None when
+    the rig tripped before any); ``reason`` one of :data:`STOP_REASONS`; ``message`` says it
+    for a person."""
 
     frequency_hz: float
     final: Evaluation | None
@@ -150,7 +151,7 @@ class PointOutcome:
     message: str
     reason: str = "converged"
     #: the last evaluation the rig held (pooled), when ``final`` is an estimate elsewhere: the
-    #: solution of the point's pooled affine fit (hbtest profile, ``solve_pool``); None when
+    #: solution of the point's pooled affine fit (hbtest profile); None when
     #: ``final`` is itself the last evaluation
     applied: Evaluation | None = None
     #: |U* - U_P(applied)| [m, weighted norm]: how far the reported interface state lies from
@@ -209,9 +210,22 @@ class Measured:
         return np.zeros(self.force.shape)
 
 
+@dataclass(frozen=True)
+class Pooled:
+    """What :meth:`PointLoop.pool` returns: the pooled ``evaluation``, the fitted rig
+    ``jacobian`` (the prior itself when nothing was pooled) and its posterior row covariance
+    ``jacobian_cov`` (the prior's, possibly None, when nothing was pooled)."""
+
+    evaluation: Evaluation
+    jacobian: np.ndarray | None
+    jacobian_cov: np.ndarray | None
+
+
 class PointLoop:
-    """Runs frequency points on a rig with the solver profile named in the settings
-    (:data:`hbtest.point.profiles.PROFILES`)."""
+    """The measuring part of a point (apply, settle or fit through the transient, reduce,
+    residual, pool, finite differences) and :meth:`run`, which hands one point to the solver
+    profile named in the settings (:data:`hbtest.point.base.PROFILES`). The measuring part
+    sizes its records by the profile's frozen :attr:`rule` and never calls the profile."""
 
     def __init__(self, rig, ns, force_vector, settings: PointSettings, progress=None):
         self.rig = rig
@@ -219,6 +233,7 @@ class PointLoop:
         self.force_vector = force_vector
         self.s = settings
         self.profile = get_profile(settings.profile)
+        self.rule = self.profile.window_rule(settings)
         self.orders = np.asarray(settings.orders, dtype=int)
         desc = rig.describe()
         self.layout = desc.sensors
@@ -228,8 +243,8 @@ class PointLoop:
         self.input_range = desc.input_range_v
         self.p = harmonics.packed_size(self.orders)
         self.progress = progress
-        self.window = self.profile.initial_window(settings)
-        self._scaleY = None
+        self.window = self.rule.initial_window()
+        self._scaleY: np.ndarray | None = None
         self._modes = None
 
     # -- packing helpers -------------------------------------------------------------------
@@ -303,23 +318,20 @@ class PointLoop:
 
     def _measure(self, n_periods: int):
         """One window: (InterfaceMeasurement, channels over range, raw record or None)."""
-        reject = self.profile.reject_mains
-        if hasattr(self.rig, "acquire_coefficients"):
+        reject = self.rule.reject_mains
+        if isinstance(self.rig, DeviceAveraging):
             nuisance = self.layout.mains_frequencies if reject else ()
             rec = self.rig.acquire_coefficients(int(n_periods), self.orders, nuisance_hz=nuisance)
             return measure_interface_from_coefficients(rec, self.layout, self.orders, self.s.force_method), tuple(rec.overrange), None
         acq = self.rig.acquire(int(n_periods))
         meas = measure_interface(acq, self.layout, self.orders, self.s.force_method, reject_mains=reject)
-        over = set(getattr(acq, "overrange", ()))
-        if self.input_range:
-            limit = OVERRANGE_FRACTION * self.input_range
-            over |= {n for n, x in acq.data.items() if np.max(np.abs(x)) >= limit}
-        return meas, tuple(sorted(over)), acq
+        return meas, self._overrange([acq]), acq
 
     def transient_modes(self):
         """The system's eigenvalues [rad/s] a transient fit needs, or None when this rig does
-        not offer them (``modes()``) or averages on the device (no raw record to fit)."""
-        if hasattr(self.rig, "acquire_coefficients") or not hasattr(self.rig, "modes"):
+        not offer them (:class:`~hbtest.rig.capabilities.KnownModes`) or averages on the
+        device (:class:`~hbtest.rig.capabilities.DeviceAveraging`: no raw record to fit)."""
+        if isinstance(self.rig, DeviceAveraging) or not isinstance(self.rig, KnownModes):
             return None
         if self._modes is None:
             self._modes = np.asarray(self.rig.modes(), dtype=complex)
@@ -334,7 +346,7 @@ class PointLoop:
         # records, unlike the demand time base, for the decays and the mains regressors
         clock = np.concatenate([a.elapsed_s - (a.t.size - np.arange(a.t.size)) / a.sample_rate_hz for a in records])
         x = np.stack([np.concatenate([a.data[c] for a in records]) for c in names])
-        nuisance = self.layout.mains_frequencies if self.profile.reject_mains else ()
+        nuisance = self.layout.mains_frequencies if self.rule.reject_mains else ()
         fit_orders = self.orders
         if np.count_nonzero(self.orders) > 1:  # FIT_MAX_ORDER: DC and unsolved harmonics too
             fs = 1.0 / float(np.median(np.diff(t)))
@@ -342,16 +354,19 @@ class PointLoop:
             fit_orders = np.array(sorted({0, *range(1, top + 1), *self.orders.tolist()}))
         keep = np.searchsorted(fit_orders, self.orders)
         tf = estimators.fit_through_transient(t, x, f, fit_orders, modes, t0=float(clock[0]), nuisance_hz=nuisance, clock=clock)
-        over = set()
-        for a in records:
-            over |= set(getattr(a, "overrange", ()))
-            if self.input_range:
-                limit = OVERRANGE_FRACTION * self.input_range
-                over |= {n for n, xx in a.data.items() if np.max(np.abs(xx)) >= limit}
+        over = self._overrange(records)
         n_periods = int(sum(a.n_periods for a in records))
         rec = ChannelCoefficients({c: tf.coefficients[i, keep] for i, c in enumerate(names)}, {c: tf.variance[i, keep] for i, c in enumerate(names)},
-                                  self.orders, f, n_periods, records[-1].elapsed_s, tuple(sorted(over)))
-        return measure_interface_from_coefficients(rec, self.layout, self.orders, self.s.force_method), tuple(sorted(over))
+                                  self.orders, f, n_periods, records[-1].elapsed_s, over)
+        return measure_interface_from_coefficients(rec, self.layout, self.orders, self.s.force_method), over
+
+    def _overrange(self, records: list) -> tuple:
+        """Channels clipped in any of the raw ``records``: reported by the instrument, or at
+        the ADC full scale (:func:`~hbtest.rig.safety.overrange_channels`), sorted."""
+        over: set = set()
+        for a in records:
+            over |= set(a.overrange) | set(overrange_channels(a.data, self.input_range))
+        return tuple(sorted(over))
 
     def _apply(self, f: float, V: np.ndarray):
         """Clip ``V`` to the voltage limit and ramp the rig to it: (V, clipped, rig time before,
@@ -366,8 +381,8 @@ class PointLoop:
         """Apply ``V``, and instead of waiting for the transient, fit the steady state and the
         free decay of the system's modes together on the record that starts when the ramp
         ends (:mod:`hbtest.estimators`). The record grows (every period measured is kept in
-        the fit) until the residual noise meets the profile's window rule
-        (:meth:`SolverProfile.record_periods` gives the periods the noise target needs;
+        the fit) until the residual noise meets the window rule
+        (:meth:`WindowRule.record_periods <hbtest.point.base.WindowRule.record_periods>` gives the periods the noise target needs;
         ``noise_target`` [m], when given, is the residual noise this evaluation must reach)."""
         transient_tol = self.s.transient_tolerance if transient_tol is None else transient_tol
         f = num.frequency_hz
@@ -375,16 +390,16 @@ class PointLoop:
         modes = self.transient_modes()
         records, lengths = [], []
         total = 0
-        want = self.profile.first_record(self)
+        want = self.rule.first_record(self.window)
         windows = 0
-        for windows in range(1, max(1, self.profile.max_windows(self.s)) + 1):
+        for windows in range(1, max(1, self.rule.max_windows()) + 1):
             tw = self.rig.elapsed_s
             records.append(self.rig.acquire(int(want - total)))
             lengths.append((self.rig.elapsed_s - tw) * f)
             total = want
             meas, over = self._fit_record(records, f, modes)
             U_N, R, vec, noise = self.residual(num, meas)
-            want = self.profile.record_periods(self, total, noise, self.norm(R), transient_tol, noise_target)
+            want = self.rule.record_periods(total, noise, self.norm(R), transient_tol, noise_target)
             if want <= total or over:
                 break
         self.window = want
@@ -398,33 +413,33 @@ class PointLoop:
     def evaluate(self, num: NumericalSide, V: np.ndarray, transient_tol: float | None = None, kind: str = "iteration",
                  noise_target: float | None = None) -> Evaluation:
         """Apply ``V`` (clipped to the voltage limit), settle, measure. Rig time: ramp +
-        windows until the profile judges the residual settled (default tolerance: the test's
-        transient tolerance); the profile also sizes the windows, sets the least and most
-        windows and measures the change between windows (:meth:`SolverProfile.settle_distance`).
+        windows until the window rule judges the residual settled (default tolerance: the test's
+        transient tolerance); the rule also sizes the windows, sets the least and most
+        windows and says which residual's change between windows counts.
         ``kind``: why the evaluation is made (:data:`EVALUATION_KINDS`), for the rig-time
         breakdown. ``noise_target``: see :meth:`evaluate_through_transient` (only there)."""
-        if self.profile.fit_transient and self.transient_modes() is not None:
+        if self.rule.fit_transient and self.transient_modes() is not None:
             return self.evaluate_through_transient(num, V, transient_tol, kind, noise_target)
         transient_tol = self.s.transient_tolerance if transient_tol is None else transient_tol
         f = num.frequency_hz
         V, clipped, t0, t_ramp = self._apply(f, V)
-        prof = self.profile
+        rule = self.rule
         prev, prev_d = None, None
         settled = False
         scaleY = self.output_scale(num)
         windows = 0
         lengths = []
-        least = prof.min_settle_windows
-        most = max(least, prof.max_windows(self.s))
+        least = rule.min_windows
+        most = max(least, rule.max_windows())
         for windows in range(1, most + 1):
             tw = self.rig.elapsed_s
             meas, over, acq = self._measure(self.window)
             lengths.append((self.rig.elapsed_s - tw) * f)
             U_N, R, vec, noise = self.residual(num, meas)
-            self.window = prof.next_window(self.window, noise, transient_tol, self.s)
+            self.window = rule.next_window(self.window, noise, transient_tol)
             if prev is not None:
-                d = prof.settle_distance(self, num, prev, (meas, R))
-                if windows >= least and prof.settled(d, prev_d, noise, transient_tol):
+                d = self._settle_distance(num, prev, (meas, R))
+                if windows >= least and rule.settled(d, prev_d, noise, transient_tol):
                     settled = True
                     break
                 prev_d = d
@@ -433,6 +448,14 @@ class PointLoop:
         periods = (self.rig.elapsed_s - t0) * f
         return Evaluation(V.copy(), meas, U_N, R, self.norm(R), vec, Y, noise, periods, windows, settled, over, clipped,
                           ramp_periods=(t_ramp - t0) * f, window_periods=tuple(lengths), kind=kind, acq=acq)
+
+    def _settle_distance(self, num: NumericalSide, prev, cur) -> float:
+        """Change between two successive windows, each ``(measurement, displacement-form
+        residual R)``: the convergence norm of the change of R [m], or with the rule's
+        ``settle_on_force`` the 2-norm of the change of the force-form residual [N]."""
+        if self.rule.settle_on_force:
+            return float(np.linalg.norm(self.force_residual(num, cur[0]) - self.force_residual(num, prev[0])))
+        return self.norm(cur[1] - prev[1])
 
     def packed_output_variance(self, num: NumericalSide, meas) -> np.ndarray:
         """Variance of each entry of the packed, weighted rig output ``Y`` of a measurement
@@ -481,14 +504,14 @@ class PointLoop:
         return corr
 
     def pool(self, num: NumericalSide, evaluations: list, G: np.ndarray, prior_fraction: float,
-             demands=None, at=None, prior_cov=None, posterior: bool = False):
+             demands=None, at=None, prior_cov=None) -> Pooled:
         """The last of ``evaluations`` (all at this point's frequency) with its measurement
         replaced by the estimate from all of them (:func:`hbtest.estimators.pool_affine`:
         the rig output affine in the voltages, prior Jacobian ``G`` with entrywise standard
         deviation ``prior_fraction`` times the largest entry of its row). Rig time and
         windows stay the last evaluation's own; the estimate's ``n_periods`` counts every
-        window used. Returns (that evaluation, the fitted rig Jacobian — ``G`` itself when
-        there is only one evaluation).
+        window used. Returns a :class:`Pooled`: that evaluation, the fitted rig Jacobian
+        (``G`` itself when there is only one evaluation) and its posterior covariance.
 
         Evaluations with a sensor over range (clipped) are left out; a clipped last one is
         returned unpooled.
@@ -504,14 +527,14 @@ class PointLoop:
 
         ``prior_cov`` (rows of ``G`` x coordinates x coordinates): a full prior covariance of
         each row of the Jacobian instead of ``prior_fraction``'s entrywise one (a recursive
-        estimate carried from earlier points). ``posterior``: also return the fitted
-        Jacobian's posterior covariance (same shape; the prior's when nothing was pooled)."""
+        estimate carried from earlier points). The posterior covariance has the same shape;
+        it is the prior's when nothing was pooled."""
         last = evaluations[-1]
         # clipped records (a sensor at its full scale) are no measurement: left out of the
         # fit, and a clipped last one is returned as it is (the caller stops on it)
         keep = [j for j, e in enumerate(evaluations) if not e.overrange]
         if (last.overrange and at is None) or not keep:
-            return (last, G, prior_cov) if posterior else (last, G)
+            return Pooled(last, G, prior_cov)
         if len(keep) < len(evaluations):
             evaluations = [evaluations[j] for j in keep]
             last = evaluations[-1]
@@ -519,7 +542,7 @@ class PointLoop:
                 demands = np.atleast_2d(np.asarray(demands, dtype=float))[keep]
         if G is None or not np.any(G) or (at is None and len(evaluations) == 1):
             # nothing to pool, or no Jacobian known yet (an all-zero G is no prior)
-            return (last, G, prior_cov) if posterior else (last, G)
+            return Pooled(last, G, prior_cov)
         V = np.stack([e.V for e in evaluations]) if demands is None else np.atleast_2d(np.asarray(demands, dtype=float))
         Y = np.stack([e.Y for e in evaluations])
         var = np.stack([self.packed_output_variance(num, e.meas) for e in evaluations])
@@ -530,23 +553,31 @@ class PointLoop:
         sd = prior_fraction * np.maximum(rowmax, floor) * np.ones_like(G)
         where = V[-1] if at is None else np.asarray(at, dtype=float)
         pl = estimators.pool_affine(V, Y, var, where, G, sd, prior_cov=prior_cov)
-        n = 2 * self.p
-        scaleY = self.output_scale(num)
-        def unpack(v):
-            return harmonics.unpack(v.reshape(2, self.p), self.orders)
-        def unpack_var(v):
-            u = unpack(v)
-            return np.real(u) - np.imag(u)
-        meas = InterfaceMeasurement(self.orders, unpack(pl.value[:n] / scaleY[:n]), unpack(pl.value[n:] / scaleY[n:]),
-                                    unpack_var(pl.variance[:n] / scaleY[:n] ** 2), unpack_var(pl.variance[n:] / scaleY[n:] ** 2),
-                                    int(sum(evaluations[j].meas.n_periods for j in pl.used)),
-                                    # the raw channels stay the last window's own (re-reduction input)
-                                    raw_channels=getattr(last.meas, "raw_channels", None))
+        meas = self._pooled_measurement(num, pl, int(sum(evaluations[j].meas.n_periods for j in pl.used)), last)
         U_N, R, vec, noise = self.residual(num, meas)
         est = replace(last, meas=meas, U_N=U_N, R=R, norm=self.norm(R), vector=vec, Y=pl.value.copy(), noise=noise)
         if at is not None and demands is None:
             est = replace(est, V=where.copy())
-        return (est, pl.jacobian, pl.jacobian_cov) if posterior else (est, pl.jacobian)
+        return Pooled(est, pl.jacobian, pl.jacobian_cov)
+
+    def _pooled_measurement(self, num: NumericalSide, pl, n_periods: int, last: Evaluation) -> InterfaceMeasurement:
+        """The interface measurement a pool estimates (:class:`hbtest.estimators.AffinePool`
+        ``pl``: packed, weighted outputs and variances) over ``n_periods`` periods; the raw
+        channels stay the ``last`` window's own (re-reduction input)."""
+        n = 2 * self.p
+        scaleY = self.output_scale(num)
+
+        def unpack(v):
+            return harmonics.unpack(v.reshape(2, self.p), self.orders)
+
+        def unpack_var(v):
+            u = unpack(v)
+            return np.real(u) - np.imag(u)
+
+        return InterfaceMeasurement(self.orders, unpack(pl.value[:n] / scaleY[:n]), unpack(pl.value[n:] / scaleY[n:]),
+                                    unpack_var(pl.variance[:n] / scaleY[:n] ** 2),
+                                    unpack_var(pl.variance[n:] / scaleY[n:] ** 2), n_periods,
+                                    raw_channels=getattr(last.meas, "raw_channels", None))
 
     def force_residual(self, num: NumericalSide, meas) -> np.ndarray:
         """The force-form residual ``D_N U_P + F_P - F_e``, packed, in newtons: force rows in N,
@@ -587,7 +618,8 @@ class PointLoop:
     def clip(self, V: np.ndarray) -> np.ndarray:
         return solver.clip_voltage(V, self.n_act, self.voltage_limit, self.orders)[0]
 
-    def start_voltage(self, carry: Carry) -> np.ndarray:
+    def start_voltage(self, carry: Carried) -> np.ndarray:
+        """The last converged solution, else the carried start, else zero volts."""
         if carry.solutions:
             return carry.solutions[-1][1].copy()
         if carry.start_V is not None:
@@ -595,7 +627,11 @@ class PointLoop:
         return np.zeros(self.n_act * self.p)
 
     # -- the point -------------------------------------------------------------------------
-    def run(self, frequency_hz: float, carry: Carry) -> PointOutcome:
+    def new_carry(self, start_V: np.ndarray | None = None) -> Carried:
+        """The profile's empty carried state (``start_V``: where the first point starts)."""
+        return self.profile.new_carry(start_V)
+
+    def run(self, frequency_hz: float, carry: Carried) -> PointOutcome:
         """Run one point with the profile. A trip of the rig's safety layer ends the point
         (reason ``trip``) after the rig was ramped to its safe state; the trip stays latched
         on the rig and the caller decides whether the sweep goes on."""
@@ -603,36 +639,42 @@ class PointLoop:
         t0 = self.rig.elapsed_s
         history: list[Evaluation] = []
         try:
-            out = self.profile.run(self, num, carry, history)
+            res = self.profile.run(self, num, carry, history)
         except RigTrip as e:
             self.rig.safe_state()
-            final = history[-1] if history else None
-            out = PointOutcome(frequency_hz, final, False, len(history), 0.0, history, f"rig tripped: {e}", "trip")
-        out.rig_periods = (self.rig.elapsed_s - t0) * frequency_hz
-        if out.final is not None and out.final.acq is not None:
-            out.excluded_energy_fraction = excluded_energy_fraction(
-                out.final.acq, self.layout, self.orders, method=self.s.force_method, reject_mains=self.profile.reject_mains)
-        if out.converged:
-            carry.solutions.append((frequency_hz, out.final.V.copy(), out.final.Y.copy()))
-        return out
+            res = PointResult(history[-1] if history else None, False, len(history), "trip", f"rig tripped: {e}")
+        if res.converged:
+            carry.solutions.append((frequency_hz, res.final.V.copy(), res.final.Y.copy()))
+        return self.outcome(frequency_hz, res, history, (self.rig.elapsed_s - t0) * frequency_hz)
 
-    def outcome(self, num: NumericalSide, e: Evaluation, converged: bool, iterations: int, history: list, reason: str,
-                message: str | None = None) -> PointOutcome:
-        """The outcome of a point that ended at evaluation ``e`` for ``reason`` (``message``:
-        the profile's own account of it, e.g. what stalled)."""
-        if message is not None:
-            return PointOutcome(num.frequency_hz, e, converged, iterations, 0.0, history, message, reason)
+    def outcome(self, frequency_hz: float, res: PointResult, history: list, rig_periods: float) -> PointOutcome:
+        """The frozen outcome of a point from the profile's result, its evaluations and its rig
+        time [periods]; the power outside the solved harmonics from the final raw record."""
+        excluded = None
+        if res.final is not None and res.final.acq is not None:
+            excluded = excluded_energy_fraction(res.final.acq, self.layout, self.orders, method=self.s.force_method,
+                                                reject_mains=self.rule.reject_mains)
+        return PointOutcome(frequency_hz, res.final, res.converged, res.iterations, rig_periods, history, res.message,
+                            res.reason, res.applied, res.solution_offset, res.uncertainty, res.noise_uncertainty,
+                            res.uncertainty_with_jacobian, excluded)
+
+    def result(self, e: Evaluation, converged: bool, iterations: int, reason: str, message: str | None = None,
+               **estimate) -> PointResult:
+        """The result of a point that ended at evaluation ``e`` for ``reason`` (``message``:
+        the profile's own account of it, e.g. what stalled; ``estimate``: the further
+        :class:`~hbtest.point.base.PointResult` fields of a point reported at an estimate)."""
+        if message is None:
+            reason, message = self.stop_message(e, reason)
+        return PointResult(e, converged, iterations, reason, message, **estimate)
+
+    def stop_message(self, e: Evaluation, reason: str) -> tuple[str, str]:
+        """``(reason, message)`` of a point that stopped at ``e``: an iteration limit reached
+        with the demand clipped is the voltage limit."""
         if reason == "overrange":
-            message = f"sensor over range (clipped): {', '.join(e.overrange)} — lower the excitation or extend the channel range"
-        elif reason == "converged":
-            message = "converged"
-        elif reason == "iteration_limit" and e.clipped:
-            reason = "voltage_limit"
-            message = f"voltage limit of {self.voltage_limit:g} V reached: the solution needs a larger demand than the rig allows"
-        elif reason == "iteration_limit":
-            message = f"iteration limit ({self.s.max_iterations}) reached"
-        elif reason == "stalled":
-            message = "no progress: the residual stopped decreasing"
-        else:
-            message = reason
-        return PointOutcome(num.frequency_hz, e, converged, iterations, 0.0, history, message, reason)
+            return reason, f"sensor over range (clipped): {', '.join(e.overrange)} — lower the excitation or extend the channel range"
+        if reason == "iteration_limit" and e.clipped:
+            return "voltage_limit", (f"voltage limit of {self.voltage_limit:g} V reached: the solution needs a larger "
+                                     "demand than the rig allows")
+        messages = {"converged": "converged", "iteration_limit": f"iteration limit ({self.s.max_iterations}) reached",
+                    "stalled": "no progress: the residual stopped decreasing"}
+        return reason, messages.get(reason, reason)

@@ -1,4 +1,4 @@
-"""The numerical side of one frequency point (SPEC §2): ``D_N(ikW)`` and the condensed
+"""The numerical side of one frequency point (docs/method.md §2): ``D_N(ikW)`` and the condensed
 external force, and the numerical interface displacement ``U_N`` the numerical substructure
 answers to the measured interface force ``F_P``.
 
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .. import harmonics
-from ..numerical.base import HarmonicBalanceError
+from ..numerical.base import HarmonicBalanceError, NumericalSubstructure
 
 __all__ = ["NumericalSide"]
 
@@ -55,7 +55,7 @@ class NumericalSide:
         if 1 in orders:  # the external force is a pure sinusoid at the fundamental
             k1 = int(np.flatnonzero(orders == 1)[0])
             F[:, k1] = ns.condensed_force(force_vector, s[k1])
-        nonlinear = hasattr(ns, "interface_response") and not getattr(ns, "is_linear", True)
+        nonlinear = isinstance(ns, NumericalSubstructure) and not ns.is_linear
         if nonlinear:
             return cls(frequency_hz, orders, D, F, ns, np.asarray(force_vector, dtype=complex))
         return cls(frequency_hz, orders, D, F)

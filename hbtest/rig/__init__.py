@@ -9,9 +9,10 @@ calibration lives in the rig's :class:`~hbtest.sensors.SensorLayout`.
 
 Kinds of rig (``[rig].kind`` of a rig file: virtual, box, scpi, helic) are registered in
 :mod:`hbtest.rig.registry`; :func:`open_rig` opens the one a parsed rig file names. A rig that
-averages on the device may also offer ``acquire_coefficients(n_periods, orders,
-nuisance_hz=()) -> ChannelCoefficients`` (the point loop uses it when offered, raw samples
-otherwise).
+averages on the device declares it by offering ``acquire_coefficients`` (the
+:class:`~hbtest.rig.capabilities.DeviceAveraging` protocol; the point loop uses it when
+offered, raw samples otherwise); the other optional capabilities (known modes, trips, exact
+reference, known physical side) are the small protocols of :mod:`hbtest.rig.capabilities`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 
 from ..sensors import SensorLayout
 from . import registry
+from .safety import LIMIT_TOLERANCE, peak_bound
 
 __all__ = ["Acquisition", "ChannelCoefficients", "RigDescription", "Rig", "check_voltage", "open_rig"]
 
@@ -63,8 +65,7 @@ class ChannelCoefficients:
     epoch: int | None = None  # demand epoch the record belongs to
 
 
-# a rig offers it by having this method:
-#   def acquire_coefficients(self, n_periods: int, orders, nuisance_hz=()) -> ChannelCoefficients
+# a rig that averages on the device offers acquire_coefficients: hbtest.rig.capabilities.DeviceAveraging
 
 
 @dataclass(frozen=True)
@@ -117,18 +118,15 @@ class Rig(Protocol):
     def __exit__(self, *exc) -> None: ...
 
 
-def peak_voltage(voltage: np.ndarray, orders) -> np.ndarray:
-    """Upper bound of the peak |v(t)| per actuator [V]: |a0| + sum_k |V_k|."""
-    v = np.abs(np.asarray(voltage))
-    return v.sum(axis=-1)
-
-
 def check_voltage(voltage: np.ndarray, orders, limit_v: float, who: str) -> None:
-    """Raise :class:`~hbtest.errors.LimitExceeded` when the demand could exceed ``limit_v``."""
+    """Raise :class:`~hbtest.errors.LimitExceeded` when the demand could exceed ``limit_v``
+    [V] on any actuator (the peak bound :func:`hbtest.rig.safety.peak_bound`, with the
+    rounding slack :data:`~hbtest.rig.safety.LIMIT_TOLERANCE`); a driver calls it before
+    sending. :func:`hbtest.rig.safety.check_demand` is the per-actuator form naming each."""
     from ..errors import LimitExceeded
 
-    peak = peak_voltage(voltage, orders)
-    if np.any(peak > limit_v * (1 + 1e-12)):
+    peak = peak_bound(voltage, orders)
+    if np.any(peak > limit_v * (1 + LIMIT_TOLERANCE)):
         raise LimitExceeded(f"{who}: demand of {peak.max():.3g} V exceeds the voltage limit of {limit_v:g} V")
 
 

@@ -1,4 +1,4 @@
-"""Delay stability ("substructurability") of real-time hybrid tests (SPEC §4).
+"""Delay stability ("substructurability") of real-time hybrid tests (docs/method.md §4).
 
 Characteristic roots of linear retarded and neutral delay equations, the critical delay of a
 hybrid test, stability maps, and the stability of a delay-compensated loop.
@@ -51,16 +51,26 @@ Modules (one job each):
 - :mod:`.plots` — matplotlib drawings of loci and maps on a given Axes.
 """
 
-from .builders import BEAM_SECTION_KEYS, MAX_BEAM_ELEMENTS, MAX_INTERFACE_DOFS, beam_elements, beam_hybrid, chain_hybrid, craig_bampton, hybrid_system
-from .crossings import MAX_CROSSINGS, Crossing, CriticalDelay
+from .builders import (
+    BEAM_SECTION_KEYS,
+    MAX_BEAM_ELEMENTS,
+    MAX_INTERFACE_DOFS,
+    beam_elements,
+    beam_hybrid,
+    chain_hybrid,
+    craig_bampton,
+    hybrid_system,
+)
+from .crossings import MAX_CROSSINGS, CriticalDelay, Crossing
 from .equation import DEFAULT_CUTOFF_HZ, DelayEquation, DelayTerm, count_roots
 from .integrate import simulate
 from .maps import DelayMap, ParameterMap, beam_delay_map, delay_map, parameter_map, root_locus
+from .plots import plot_delay_map, plot_root_locus
 from .prediction import (
     HORIZON_SEARCH_LIMIT,
+    MAX_PREDICTOR_GAIN,
     MAX_PREDICTOR_ORDER,
     MAX_PREDICTOR_SAMPLES,
-    MAX_PREDICTOR_GAIN,
     PredictionIntervals,
     max_predictor_horizon,
     polynomial_predictor_weights,
@@ -68,7 +78,6 @@ from .prediction import (
     predictor_equation,
     stable_prediction_intervals,
 )
-from .plots import plot_delay_map, plot_root_locus
 from .sdof import (
     PhaseMargin,
     sdof_critical_delay,

@@ -1,4 +1,4 @@
-"""Builders of one-delay hybrid-test systems (SPEC §4): any two substructures
+"""Builders of one-delay hybrid-test systems (docs/method.md §4): any two substructures
 (:func:`hybrid_system`), lumped chains (:func:`chain_hybrid`), split beams
 (:func:`beam_hybrid`, built with :func:`hbtest.substructure.split_beam`) and the
 Craig–Bampton reduction of a part (:func:`craig_bampton`).

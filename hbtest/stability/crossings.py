@@ -1,4 +1,4 @@
-"""Crossing scan of a one-delay system on the boundary of the unstable box (SPEC §4).
+"""Crossing scan of a one-delay system on the boundary of the unstable box (docs/method.md §4).
 
 For ``T(s, tau) = A(s) + exp(-s tau) B(s)`` a root ``s`` at delay ``tau`` needs
 ``z = exp(-s tau)`` to be an eigenvalue ``z_k(s)`` of the pencil ``A(s) + z B(s)`` (or of the

@@ -1,4 +1,4 @@
-"""Linear delay equations: characteristic matrix, roots, root counting (SPEC §4).
+"""Linear delay equations: characteristic matrix, roots, root counting (docs/method.md §4).
 
 A :class:`DelayEquation` is
 
@@ -113,10 +113,6 @@ class DelayEquation:
     @property
     def delays(self) -> np.ndarray:
         return np.array([t.delay for t in self.terms])
-
-    @property
-    def max_delay(self) -> float:
-        return float(self.delays.max())
 
     @property
     def order(self) -> int:

@@ -1,4 +1,4 @@
-"""Stability maps over the delay and system parameters, and root loci (SPEC §4). Delays [s],
+"""Stability maps over the delay and system parameters, and root loci (docs/method.md §4). Delays [s],
 roots [rad/s], frequencies [Hz]."""
 
 from __future__ import annotations

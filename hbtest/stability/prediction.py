@@ -1,4 +1,4 @@
-"""Stability of the loop compensated by a polynomial forward predictor (SPEC §4).
+"""Stability of the loop compensated by a polynomial forward predictor (docs/method.md §4).
 
 The predictor fits a polynomial of order N through the last n samples (sample time dt [s])
 and extrapolates it ``rho`` [s] ahead (the prediction horizon); the actuator then delays the

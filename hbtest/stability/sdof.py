@@ -1,4 +1,4 @@
-"""The single oscillator split at its spring (SPEC §4): ``m z'' + c z' + k z + k_s z(t - tau) = 0``.
+"""The single oscillator split at its spring (docs/method.md §4): ``m z'' + c z' + k z + k_s z(t - tau) = 0``.
 
 NS: mass m [kg], damper c [N s/m], spring k [N/m]; PS: spring k_s [N/m] behind the actuator
 with delay tau [s]. Nondimensional form ``lam^2 + 2 zeta lam + 1 + p e^{-lam tau_hat}`` with

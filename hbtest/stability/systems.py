@@ -1,4 +1,4 @@
-"""One-delay systems ``T(s, tau) = A(s) + exp(-s tau) B(s)`` and their critical delay (SPEC §4).
+"""One-delay systems ``T(s, tau) = A(s) + exp(-s tau) B(s)`` and their critical delay (docs/method.md §4).
 
 ``A = s^2 M_A + s C_A + K_A`` and ``B = s^2 M_B + s C_B + K_B`` (SI matrices); delays [s],
 roots [rad/s], frequencies [Hz]. A system is *unstable* at a delay when a root lies in the
@@ -16,7 +16,7 @@ import numpy as np
 import scipy.linalg
 
 from ..substructure import Substructure
-from .crossings import Crossing, CriticalDelay, axis_crossings, cutoff_crossings, pencil_roots
+from .crossings import CriticalDelay, Crossing, axis_crossings, cutoff_crossings, pencil_roots
 from .equation import DEFAULT_CUTOFF_HZ, TWO_PI, DelayEquation, DelayTerm, _descend, count_roots
 
 __all__ = ["SingleDelaySystem"]

@@ -1,6 +1,6 @@
 """The run store: one zarr v3 store per sweep, pre-allocated, written one point at a time.
 
-This is the one place that writes results (DESIGN.md). Everything else reads it through
+This is the one place that writes results (docs/architecture.md). Everything else reads it through
 :func:`open_run` / :meth:`RunStore.dataset` (lazy xarray, ``consolidated=False``).
 
 Layout
@@ -17,7 +17,7 @@ Dimensions (sizes fixed at creation from the sweep definition):
   reversal of direction, ...). ``ds.sel(frequency=f)`` returns every visit of ``f``.
 - ``dof`` = ``["u", "theta"]`` — interface DOFs: transverse displacement u [m], rotation
   θ [rad]; the conjugate forces are the shear T [N] and the moment M [N·m].
-- ``harmonic`` — the harmonic orders solved (SPEC §0 coefficient convention,
+- ``harmonic`` — the harmonic orders solved (docs/method.md §0 coefficient convention,
   ``X_k = a_k - i b_k``; order 0 is the DC value, real).
 - ``actuator`` — actuator names of the rig.
 - ``iteration`` — 0..max_iterations (0 = the evaluation at the starting voltage).
@@ -39,7 +39,7 @@ final acquisition window of each point (``raw_length`` valid samples from demand
 ``hbtest reduce`` (:mod:`hbtest.calibration.reduce`). Stores of schema 1-2 have none and stay
 readable.
 
-Sync metrics and families (issue 15; optional, absent from older stores): a store created with
+Sync metrics and families (optional, absent from older stores): a store created with
 ``sync`` holds ``numerical_force`` (frequency, dof, harmonic) [N, N m], the NS counterpart of
 ``interface_force``, and ``sync_amplitude_ratio`` [1] / ``sync_phase_deg`` [deg] over
 (frequency, ``variable`` = u, theta, T, M, harmonic) (:mod:`hbtest.sync`); with
@@ -75,7 +75,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UserError
-from .provenance import git_state, jsonable as _jsonable, package_versions, utc_now as _utc_now
+from .provenance import git_state, package_versions
+from .provenance import jsonable as _jsonable
+from .provenance import utc_now as _utc_now
 
 __all__ = [
     "PointRecord",
@@ -180,7 +182,7 @@ _SCHEMA: dict[str, tuple[tuple[str, ...], str, str, str]] = {
     "history_periods": (("iteration",), "f", "1", "forcing periods spent on each iteration"),
     "history_length": ((), "i", "1", "number of valid rows of the history variables (-1: slot not written)"),
     "done": ((), "b", "1", "the point is completely written (written last)"),
-    # issue 15 (hbtest.sync, hbtest.family): optional, absent from older stores
+    # (hbtest.sync, hbtest.family): optional, absent from older stores
     "numerical_force": (("dof", "harmonic"), "c", "N | N m", "NS counterpart of interface_force: F_P*(U_P), the interface force under which the numerical substructure moves by the measured displacement"),
     "sync_amplitude_ratio": (("variable", "harmonic"), "f", "1", "sync metric |PS|/|NS| per interface variable (u, theta, T, M) and harmonic (hbtest.sync)"),
     "sync_phase_deg": (("variable", "harmonic"), "f", "deg", "sync metric arg(PS/NS) per interface variable and harmonic, positive: PS leads (hbtest.sync)"),
@@ -188,7 +190,7 @@ _SCHEMA: dict[str, tuple[tuple[str, ...], str, str, str]] = {
     # optional (stores written before them lack them): a point moved off a mains coincidence
     "frequency_requested": ((), "f", "Hz", "frequency the sweep file asked for (the coordinate holds the one applied)"),
     "point_note": ((), "s", "", "what the sweep decided at this point before running it (e.g. moved off a mains multiple)"),
-    # optional (issue 16): the point is the solution of its pooled affine fit next to the last demand
+    # optional: the point is the solution of its pooled affine fit next to the last demand
     "solution_offset": ((), "f", "m", "distance of the reported interface displacement from the last one measured, |U* - U_P(last demand)| (weighted norm; 0: reported as measured)"),
     "displacement_uncertainty": ((), "f", "m", "standard uncertainty of the reported interface displacement (weighted norm |(u, l theta)| over the solved harmonics, l = test.rotation_length): the measured noise propagated through the solution, the fitted rig Jacobian's own uncertainty included; NaN: not stated"),
     # raw records (schema 3; only in a store created with raw_records): re-reduction input
@@ -230,8 +232,9 @@ _DTYPE = {"c": np.complex128, "f": np.float64, "i": np.int32, "b": np.bool_, "s"
 _FILL = {"c": _CNAN, "f": np.nan, "i": -1, "b": False, "s": ""}
 
 
-def _legs(f: np.ndarray) -> np.ndarray:
-    """Sweep leg of each slot: increments when the direction of the frequency steps reverses."""
+def sweep_legs(f: np.ndarray) -> np.ndarray:
+    """Sweep leg of each slot (int8): increments when the direction of the frequency steps
+    reverses; equal neighbours and open slots (NaN) continue the leg."""
     leg = np.zeros(f.size, dtype=np.int8)
     direction = 0
     current = 0
@@ -292,7 +295,7 @@ def _check_layout(path: Path) -> None:
 def tolerance_from_attrs(attrs: dict) -> tuple[float | None, str]:
     """(convergence tolerance, residual form) of a run: ``tolerance_m`` (or
     ``residual_tolerance``) from the attributes when the sweep code stored it, else ``[test] tolerance_mm`` of the verbatim
-    sweep text with the run's ``--set`` overrides applied (default 0.02 mm, SPEC §2).
+    sweep text with the run's ``--set`` overrides applied (default 0.02 mm, docs/method.md §2).
     Returns (None, form) when the sweep text cannot be read."""
     form = str(attrs.get("residual_form", "")) or None
     tol = attrs.get("tolerance_m", attrs.get("residual_tolerance"))
@@ -470,7 +473,7 @@ class RunStore:
             if lv.shape != f.shape or not np.all(np.isfinite(lv)) or np.any(lv <= 0):
                 raise ValueError("force_levels must give a positive amplitude for every frequency slot")
             family_coords["force_level"] = ("frequency", lv, {"units": "N", "long_name": "external force amplitude of the slot's level (stepped-force family)"})
-        leg_values = _legs(f) if legs is None else np.asarray(legs, dtype=np.int64)
+        leg_values = sweep_legs(f) if legs is None else np.asarray(legs, dtype=np.int64)
         if leg_values.shape != f.shape:
             raise ValueError("legs must give a leg for every frequency slot")
         raw_coords = {}

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""The virtual twin of the hybrid-test rig (SPEC §5): a physics model behind the :class:`Rig`
+"""The virtual twin of the hybrid-test rig (docs/method.md §5): a physics model behind the :class:`Rig`
 protocol, so the solver sees only sensor voltages — and an exact reference, so accuracy is
 measured, not assumed.
 
@@ -111,6 +111,7 @@ from .reference import SteadyState
 from .rig import Demand, VirtualRig, open_virtual
 from .spec import (
     CHANNELS,
+    NONLINEAR_SUBSTEPS,
     ClampSpec,
     FrictionSpec,
     NoiseSpec,
@@ -118,7 +119,6 @@ from .spec import (
     VirtualSpec,
     parse_virtual,
     parse_virtual_kind,
-    NONLINEAR_SUBSTEPS,
 )
 
 __all__ = [

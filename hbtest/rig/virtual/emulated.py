@@ -26,21 +26,17 @@ import numpy as np
 
 from ...numerical import NonlinearSubstructure
 from ...substructure import Substructure, join_beams
+from ..capabilities import ExactReference
 from .model import Model
 from .reference import ps_substructure
 
-__all__ = ["REFERENCE_MAX_ORDER", "ps_elements", "emulated_structure", "joined_force_vector", "SweepReference", "sweep_reference"]
+__all__ = ["REFERENCE_MAX_ORDER", "emulated_structure", "joined_force_vector", "SweepReference", "sweep_reference"]
 
 #: harmonics 0 .. this order in the exact reference of a nonlinear emulated structure (a
 #: penalty contact's force spectrum decays slowly, ~1/k^2: at the contact-tip sweep's
 #: resonance, solving 0..12 instead of 0..24 changes harmonics 0-3 of the interface by 2e-4
 #: of the fundamental, 0..48 instead of 0..24 by 4e-5)
 REFERENCE_MAX_ORDER = 24
-
-
-def ps_elements(model: Model) -> tuple:
-    """The twin's PS nonlinear elements on its own beam (DOF names of ``model.beam``)."""
-    return tuple(e.build(model.beam) for e in model.spec.nonlinear)
 
 
 def _linear_part(ns) -> Substructure:
@@ -106,15 +102,7 @@ def sweep_reference(rig, ns):
     None when the rig has none (real instruments); the linear closed form when both sides are
     linear; else a :class:`SweepReference` (harmonic balance of the joined nonlinear structure,
     continued along the sweep). The callable takes ``(substructure, force_vector,
-    frequency_hz, orders)`` and returns the interface displacement (2, n_orders)."""
-    if not hasattr(rig, "emulated_interface_response"):
-        return None
-    model = getattr(rig, "model", None)
-    ps_nonlinear = model is not None and bool(model.spec.nonlinear)
-    ns_nonlinear = not getattr(ns, "is_linear", True)
-    if not (ps_nonlinear or ns_nonlinear):
-        return rig.emulated_interface_response
-    if model is None:
-        return None
-    return SweepReference(model, ns)
+    frequency_hz, orders)`` and returns the interface displacement (2, n_orders): the rig's own
+    :meth:`~hbtest.rig.capabilities.ExactReference.sweep_reference`."""
+    return rig.sweep_reference(ns) if isinstance(rig, ExactReference) else None
 

@@ -33,7 +33,8 @@ import scipy.linalg
 import scipy.signal
 
 from ...sensors import SensorLayout
-from ...structures import Beam, beam as make_beam
+from ...structures import Beam
+from ...structures import beam as make_beam
 from .spec import VirtualSpec
 
 #: |lambda h| below which the first-order-hold weight c1 is taken from its series (the closed

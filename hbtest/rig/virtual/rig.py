@@ -288,6 +288,11 @@ class VirtualRig:
         """The PS beam as a substructure with interface (u0, theta0)."""
         return reference.ps_substructure(self._m)
 
+    @property
+    def ps_is_linear(self) -> bool:
+        """The PS beam carries no nonlinear element (``[[virtual.nonlinear]]``)."""
+        return not bool(self._m.spec.nonlinear)
+
     def ps_dynamic_stiffness(self, s) -> np.ndarray:
         """``D_P(s)``: the twin's PS beam condensed on its interface (u0, theta0), shape
         (*s.shape, 2, 2): ``D_P [u, theta] = [T, M]``."""
@@ -314,6 +319,18 @@ class VirtualRig:
         """Exact interface displacement (2, n_orders) of ``ns`` joined to the twin's PS beam:
         :func:`hbtest.rig.virtual.reference.emulated_interface_response`."""
         return reference.emulated_interface_response(self._m, ns, force_vector, frequency_hz, orders)
+
+    def sweep_reference(self, ns):
+        """The exact reference a sweep stores for the numerical substructure ``ns``, a callable
+        ``(substructure, force_vector, frequency_hz, orders) -> (2, n_orders)``: the linear
+        closed form (:meth:`emulated_interface_response`) when both sides are linear, else a
+        :class:`~hbtest.rig.virtual.emulated.SweepReference` (harmonic balance of the joined
+        nonlinear structure, continued along the sweep; imported when a sweep asks)."""
+        if self.ps_is_linear and getattr(ns, "is_linear", True):
+            return self.emulated_interface_response
+        from .emulated import SweepReference
+
+        return SweepReference(self._m, ns)
 
     def frequency_response(self, frequency_hz, reduced: bool = False) -> np.ndarray:
         """Transfer (channels in layout order [physical units], 2 actuators [per V]) at ``frequency_hz``:
