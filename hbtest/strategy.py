@@ -615,17 +615,16 @@ def _allowed(cfg, pts: DesignPoints, prior, layout):
     return ok
 
 
-def _start_carry(store, orders, f: float):
+def _start_carry(store, loop, orders, f: float):
     """A resumed design's carry: the converged voltage of the done point nearest ``f``."""
     from . import harmonics
-    from .point import Carry
 
     ds = store.dataset()
     conv = np.flatnonzero(np.asarray(ds["done"].values, bool) & np.asarray(ds["converged"].values, bool))
     if not conv.size:
-        return Carry()
+        return loop.new_carry()
     j = int(conv[np.argmin(np.abs(np.asarray(ds["frequency"].values)[conv] - f))])
-    return Carry(start_V=harmonics.pack(store.read_point(j).voltage, orders).reshape(-1))
+    return loop.new_carry(start_V=harmonics.pack(store.read_point(j).voltage, orders).reshape(-1))
 
 
 def run_design(cfg, store, loop, write, say):
@@ -650,7 +649,7 @@ def run_design(cfg, store, loop, write, say):
             _finish_design(cfg, store, prior, est, why, say)
             return None
         i = int(np.argmin(done))
-        carry = carry if carry is not None else _start_carry(store, np.asarray(cfg.sweep.harmonics), f)
+        carry = carry if carry is not None else _start_carry(store, loop, np.asarray(cfg.sweep.harmonics), f)
         carry.solutions.sort(key=lambda s: -abs(s[0] - f))  # the nearest solution last: the profile starts from it
         loop.s = replace(base, accuracy=base.accuracy * step.accuracy_share)
         say(Notice(f"{cfg.sweep.strategy} design, slot {i}: {f:.4f} Hz — {why}"))

@@ -28,8 +28,8 @@ from .. import estimators, harmonics, solver
 from .base import Carried, PointResult, SolverProfile, register_profile
 from .loop import Evaluation, Measured, PointLoop, PointSettings
 from .numerical import NumericalSide
-from .windows import NoiseSized
 from .start_guard import guard_start
+from .windows import NoiseSized
 
 __all__ = ["HbtestProfile", "HbtestCarry", "SolutionEstimate"]
 

@@ -142,7 +142,8 @@ class StreamReceiver:
     def collect(self, count: int, n_values: int) -> Record:
         """Receive the ``count`` records of the stream just started (waiting ``timeout_s``
         per datagram; after a gap, the stream counts as over once silent ``IDLE_END_S``)."""
-        got, lost, seq_next, first, timeout = [], 0, 0, None, None
+        got: list = []
+        lost, seq_next, first, timeout = 0, 0, None, None
         start_dropped = dropped = self.dropped_seen
         n = 0
         while n < count:
@@ -170,7 +171,7 @@ class StreamReceiver:
             if first is not None and p.first_index + p.decimation * (p.values.shape[0] - 1) >= first + count - 1:
                 break
         self.dropped_seen = dropped
-        grown = 0 if start_dropped is None else (dropped - start_dropped) % (1 << 32)
+        grown = 0 if start_dropped is None or dropped is None else (dropped - start_dropped) % (1 << 32)
         values = np.concatenate([p.values for p in got])
         sizes = np.array([p.values.shape[0] for p in got])
         starts = np.repeat([p.first_index for p in got], sizes) + np.repeat([p.decimation for p in got], sizes) * (
@@ -425,10 +426,16 @@ class HelicRig:
                 f"{self.name}: the phase source departs {worst:.3g} turn from {self._freq:g} Hz in a record")
         return (theta0 + k * step) / self._freq
 
+    def _frequency(self) -> float:
+        """The demand frequency in force [Hz] (a record needs one)."""
+        if self._freq is None:
+            raise InstrumentError(f"{self.name}: no demand frequency set before a record")
+        return self._freq
+
     def acquire(self, n_periods: int) -> Acquisition:
         self._open()
         t, data, over = self._record(n_periods)
-        return Acquisition(t, data, self._freq, self.fs, int(n_periods), self._clock, over)
+        return Acquisition(t, data, self._frequency(), self.fs, int(n_periods), self._clock, over)
 
     def acquire_coefficients(self, n_periods: int, orders, nuisance_hz=()) -> ChannelCoefficients:
         """Harmonic coefficients and their variances, fitted on this host from the streamed
@@ -436,10 +443,11 @@ class HelicRig:
         self._open()
         t, data, over = self._record(n_periods)
         names = list(data)
-        fit = harmonics.fit(t, np.stack([data[n] for n in names]), self._freq, orders, n_periods=int(n_periods),
+        freq = self._frequency()
+        fit = harmonics.fit(t, np.stack([data[n] for n in names]), freq, orders, n_periods=int(n_periods),
                             nuisance_hz=nuisance_hz)
         return ChannelCoefficients({n: fit.coefficients[i] for i, n in enumerate(names)},
-                                   {n: fit.variance[i] for i, n in enumerate(names)}, np.asarray(orders), self._freq,
+                                   {n: fit.variance[i] for i, n in enumerate(names)}, np.asarray(orders), freq,
                                    int(n_periods), self._clock, over, self._epoch)
 
     def wait(self, n_periods: float) -> None:

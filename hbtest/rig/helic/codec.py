@@ -395,7 +395,7 @@ class BrokerInfo:
         *head, n = cls.FORMAT.unpack_from(payload)
         if len(payload) != cls.FORMAT.size + n:
             raise CodecError("BrokerInfo source list does not match its count", ErrorCode.BAD_LENGTH)
-        return cls(*head, tuple(payload[cls.FORMAT.size:]))
+        return cls(*head, tuple(payload[cls.FORMAT.size:]))  # type: ignore[call-arg]  # head: the fixed fields in order
 
 
 def beacon_request() -> bytes:

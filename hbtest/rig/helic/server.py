@@ -33,6 +33,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,7 +116,7 @@ class HelicDevice:
         self.dropped = 0
         self.stream_cfg = _Stream()
         self.started = time.monotonic()
-        self._applied = None  # (f, V, orders) last given to the twin
+        self._applied: tuple | None = None  # (f, V, orders) last given to the twin
         self._staged = np.zeros(TABLE_CAPACITY, np.float32)
         self.params = self._registry(rig_config)
         self.index = {p.d.name: i for i, p in enumerate(self.params)}
@@ -146,7 +147,7 @@ class HelicDevice:
     # -- requests ---------------------------------------------------------------------------
     def handle(self, msg_type: int, payload: bytes) -> tuple[int, bytes]:
         """``(response type, response payload)``; an error frame for any refused request."""
-        handlers = {MsgType.GET_PARAMS: self._get_params, MsgType.GET_SOURCES: self._get_sources,
+        handlers: dict[int, Callable[[bytes], bytes]] = {MsgType.GET_PARAMS: self._get_params, MsgType.GET_SOURCES: self._get_sources,
                     MsgType.GET_PAR: self._get_par, MsgType.SET_PAR: self._set_par, MsgType.SET_BLOCK: self._set_block,
                     MsgType.COMMIT: self._commit, MsgType.STREAM_SETUP: self._stream_setup,
                     MsgType.STREAM_STOP: lambda p: b"", MsgType.STATUS: self._status}
@@ -343,7 +344,7 @@ class HelicDevice:
             return np.full((n, len(names)), self.epoch, np.float32)
         acq = self.twin.acquire_samples(n)
         cols = {ch: acq.data[ch] for ch in self.channels}
-        cols["phase"] = np.float32(np.mod(acq.frequency_hz * acq.t, 1.0) * 2.0**32 // 1 / 2.0**32)
+        cols["phase"] = (np.mod(acq.frequency_hz * acq.t, 1.0) * 2.0**32 // 1 / 2.0**32).astype(np.float32)
         cols["cmd_epoch"] = np.full(n, self.epoch, float)
         self._check_inputs(cols)
         return np.stack([np.asarray(cols[x], np.float32) for x in names], axis=1)
@@ -457,9 +458,11 @@ class HelicServer:
         self.on_event("stopped", "stopped: outputs quiet, sockets closed")
 
     def _serve(self) -> None:
+        tcp = self._tcp
+        assert tcp is not None, "serving starts after start() bound the sockets"
         while not self._stop.is_set():
             try:
-                conn, addr = self._tcp.accept()
+                conn, addr = tcp.accept()
             except TimeoutError:
                 continue
             except OSError:
@@ -512,10 +515,12 @@ class HelicServer:
         conn.sendall(c.encode_frame(rtype, seq, body))
 
     def _send_stream(self, dest) -> None:
+        udp = self._udp
+        assert udp is not None, "streaming starts after start() bound the sockets"
         for k, datagram in enumerate(self.device.stream()):
             if k >= PACE_AFTER and k % PACE_PACKETS == 0:
                 time.sleep(PACE_S)
             try:
-                self._udp.sendto(datagram, dest)
+                udp.sendto(datagram, dest)
             except OSError:
                 pass  # UDP is best effort: the host sees the gap
