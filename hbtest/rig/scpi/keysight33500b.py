@@ -249,15 +249,30 @@ class Keysight33500B:
 
     def ramp_down(self, channels=(1, 2), duration_s: float = 1.0, steps: int = RAMP_DOWN_STEPS, sleep=time.sleep) -> None:
         """Safe state: amplitude and offset of ``channels`` stepped linearly to the minimum
-        amplitude and 0 V over ``duration_s`` [s] (``steps`` steps), then outputs off."""
+        amplitude and 0 V over ``duration_s`` [s] (``steps`` steps), then outputs off. The outputs
+        are switched off whatever interrupts the ramp (an instrument error, KeyboardInterrupt):
+        the ramp may be cut short, the output-off never is."""
         live = [ch for ch in channels if self._ch(ch).output]
         start = {ch: (self.state[ch].amplitude_vpp or MIN_AMPLITUDE_VPP, self.state[ch].offset_v) for ch in live}
-        if live and any(a > MIN_AMPLITUDE_VPP or o != 0 for a, o in start.values()):
-            for j in range(1, steps + 1):
-                frac = 1.0 - j / steps
-                for ch in live:
-                    a0, o0 = start[ch]
-                    self.set_level(ch, MIN_AMPLITUDE_VPP + (a0 - MIN_AMPLITUDE_VPP) * frac, o0 * frac)
-                sleep(duration_s / steps)
+        try:
+            if live and any(a > MIN_AMPLITUDE_VPP or o != 0 for a, o in start.values()):
+                for j in range(1, steps + 1):
+                    frac = 1.0 - j / steps
+                    for ch in live:
+                        a0, o0 = start[ch]
+                        self.set_level(ch, MIN_AMPLITUDE_VPP + (a0 - MIN_AMPLITUDE_VPP) * frac, o0 * frac)
+                    sleep(duration_s / steps)
+        finally:
+            self.outputs_off(channels)
+
+    def outputs_off(self, channels=(1, 2)) -> None:
+        """``OUTP<n> OFF`` on every channel, each tried even if another fails (or a
+        KeyboardInterrupt arrives); the first failure is raised after all were tried."""
+        first: BaseException | None = None
         for ch in channels:
-            self.output_off(ch)
+            try:
+                self.output_off(ch)
+            except BaseException as e:  # noqa: BLE001 - the other channel's output-off must still run
+                first = first or e
+        if first is not None:
+            raise first

@@ -52,6 +52,10 @@ class TransportTimeout(TimeoutError):
     """No (complete) reply within the resource's timeout."""
 
 
+class IncompleteReply(TransportTimeout):
+    """Part of a reply arrived, then nothing more within the timeout."""
+
+
 @runtime_checkable
 class Drainable(Protocol):
     """A resource that can show bytes waiting unread (without blocking)."""
@@ -95,7 +99,9 @@ class ScpiLink:
     out_of_step: str | None = field(default=None, init=False)
 
     def _fail(self, what: str, e: BaseException, query: bool) -> InstrumentError:
-        if _is_timeout(e):
+        if isinstance(e, IncompleteReply):
+            why = str(e)
+        elif _is_timeout(e):
             late = self._late_reply() if query else b""
             why = f"reply came late (after the {self._timeout_ms():g} ms timeout): {_shown(late)}" if late else "no reply (timeout)"
         else:
@@ -197,6 +203,10 @@ class SocketResource:
         try:
             chunk = self._sock.recv(1 << 16)
         except socket.timeout:
+            if self._buf:
+                n = len(self._buf)
+                self._buf.clear()
+                raise IncompleteReply(f"incomplete reply ({n} bytes, then nothing within the timeout)") from None
             raise TransportTimeout("timeout") from None
         if not chunk:
             raise ConnectionError("connection closed by the instrument")
@@ -259,20 +269,22 @@ class SocketResource:
 
     def pending(self, wait_s: float = 0.0) -> bytes:
         """Bytes waiting unread (buffered or on the socket), waiting at most ``wait_s`` [s]
-        for the first; they are consumed."""
-        if not self._buf:
-            try:
-                self._recv(time.monotonic() + max(wait_s, 1e-4))
-            except TransportTimeout:
-                pass
-        while True:  # whatever else is already there
-            try:
-                self._recv(time.monotonic() + 1e-4)
-            except (TransportTimeout, ConnectionError):
-                break
-        out = bytes(self._buf)
+        for the first; they are consumed. A closed connection is a ConnectionError."""
+        out = bytearray(self._buf)
         self._buf.clear()
-        return out
+        wait = max(wait_s, 0.0) if not out else 0.0
+        while True:
+            self._sock.settimeout(wait if wait > 0 else 1e-4)
+            try:
+                chunk = self._sock.recv(1 << 16)
+            except socket.timeout:
+                return bytes(out)
+            if not chunk:
+                if out:
+                    return bytes(out)
+                raise ConnectionError("connection closed by the instrument")
+            out += chunk
+            wait = 0.0
 
     def close(self) -> None:
         try:
