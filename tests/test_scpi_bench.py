@@ -18,7 +18,6 @@ from hbtest.config import load_rig
 from hbtest.errors import InstrumentError
 from hbtest.rig import open_rig
 from hbtest.rig.scpi.link import ScpiLink, open_resource
-from hbtest.rig.scpi.rig import record_window
 from hbtest.rig.scpi.sim import open_bench
 from hbtest.rig.scpi.sim.server import SimError
 
@@ -83,6 +82,8 @@ def test_rig_check_takes_a_record_on_a_scope_with_ten_percent_pre_trigger(bench,
 @settings(max_examples=200, deadline=None)
 @given(st.floats(0.0, 1.0, exclude_max=True), st.integers(1, 40), st.floats(10.0, 25.0))
 def test_the_record_cut_never_leaves_n_periods_one_sample_short(frac, n, f):
+    from hbtest.rig.scpi.rig import record_window
+
     fs = 5000.0
     need = n / f
     t_rel = (frac + np.arange(int(need * fs) + 6)) / fs  # the first sample lands anywhere after the trigger

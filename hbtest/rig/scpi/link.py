@@ -40,7 +40,7 @@ import numpy as np
 
 from ...errors import InstrumentError
 
-__all__ = ["ScpiLink", "SocketResource", "open_resource", "OPEN_TIMEOUT_S"]
+__all__ = ["OPEN_TIMEOUT_S", "ScpiLink", "SocketResource", "open_resource"]
 
 REPLY_SHOWN = 60  # characters of a bad reply quoted in an error message
 OPEN_TIMEOUT_S = 3.0  # TCP connect bound [s]
@@ -202,7 +202,7 @@ class SocketResource:
         self._sock.settimeout(left)
         try:
             chunk = self._sock.recv(1 << 16)
-        except socket.timeout:
+        except TimeoutError:
             if self._buf:
                 n = len(self._buf)
                 self._buf.clear()
@@ -226,7 +226,7 @@ class SocketResource:
         self._sock.settimeout(float(self.timeout) / 1e3)
         try:
             self._sock.sendall(data)
-        except socket.timeout:
+        except TimeoutError:
             raise TransportTimeout("timeout while sending") from None
 
     def write(self, command: str) -> None:
@@ -277,7 +277,7 @@ class SocketResource:
             self._sock.settimeout(wait if wait > 0 else 1e-4)
             try:
                 chunk = self._sock.recv(1 << 16)
-            except socket.timeout:
+            except TimeoutError:
                 return bytes(out)
             if not chunk:
                 if out:

@@ -17,7 +17,7 @@ from .plant import Plant
 from .scope import Scope
 from .server import ScpiServer
 
-__all__ = ["Bench", "open_bench", "Generator", "Scope", "Plant", "ScpiServer"]
+__all__ = ["Bench", "Generator", "Plant", "Scope", "ScpiServer", "open_bench"]
 
 
 @dataclass
@@ -30,7 +30,7 @@ class Bench:
     generator_server: ScpiServer
     scope_server: ScpiServer
 
-    def start(self) -> "Bench":
+    def start(self) -> Bench:
         self.generator_server.start()
         self.scope_server.start()
         return self
@@ -39,7 +39,7 @@ class Bench:
         self.generator_server.stop()
         self.scope_server.stop()
 
-    def __enter__(self) -> "Bench":
+    def __enter__(self) -> Bench:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -44,7 +44,7 @@ import numpy as np
 from .plant import ChannelOutput, Plant, waveform_harmonics
 from .server import Command, SimError
 
-__all__ = ["Generator", "IDN", "VOLATILE_POINTS"]
+__all__ = ["IDN", "VOLATILE_POINTS", "Generator"]
 
 IDN = "Keysight Technologies,33522B,MY00000000,5.00-1.19-2.00-58-00 (hbtest simulator)"
 VOLATILE_POINTS = 1_000_000

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-__all__ = ["Plant", "ChannelOutput"]
+__all__ = ["ChannelOutput", "Plant"]
 
 MAX_ORDERS = 24  # harmonics of one channel passed to the twin (largest first)
 ORDER_RTOL = 1e-9  # a harmonic below this fraction of the largest is dropped
@@ -77,7 +77,7 @@ class Plant:
         """The twin's generator phase [rad] now (the twin advanced to the wall clock first)."""
         with self.lock:
             self.advance()
-            return float(self.twin._phase)  # noqa: SLF001 - the plant is the twin's own harness
+            return float(self.twin._phase)
 
     def advance(self) -> None:
         """Run the twin up to now (wall clock)."""
@@ -128,11 +128,11 @@ class Plant:
             if f is None:
                 return None
             T, dt = 1.0 / f, 1.0 / self.fs
-            t_now = float(self.twin._phase) / (2 * np.pi * f)  # noqa: SLF001 - demand time of the next sample
+            t_now = float(self.twin._phase) / (2 * np.pi * f)
             t_edge = sync_phase / (2 * np.pi * f)
             trig = t_edge + math.ceil((t_now + lead_s - t_edge) / T - 1e-12) * T
             n = int(math.ceil((trig - pre_s + span_s - t_now) / dt)) + 1
-            _, volts = self.twin._constant(n, record=True)  # noqa: SLF001 - raw channel volts, layout order
+            _, volts = self.twin._constant(n, record=True)
             t = t_now + np.arange(n) * dt
             keep = (t >= trig - pre_s) & (t < trig - pre_s + span_s)
             return t[keep] - trig, np.asarray(volts)[:, keep]

@@ -48,7 +48,7 @@ import numpy as np
 from .plant import Plant
 from .server import Command, SimError
 
-__all__ = ["Scope", "IDN"]
+__all__ = ["IDN", "Scope"]
 
 IDN = "KEYSIGHT TECHNOLOGIES,MSOX3024T,MY00000000,07.50.2021102830 (hbtest simulator)"
 ACQ_TYPES = {"NORM": 0, "PEAK": 1, "AVER": 2, "HRES": 3}
@@ -144,12 +144,12 @@ class Scope:
                    ("EDGE", "SOUR"): ("EXT", "EXTERNAL"), ("SLOP",): ("POS", "POSITIVE"), ("EDGE", "SLOP"): ("POS", "POSITIVE")}
         if rest in (("LEV",), ("EDGE", "LEV")):
             _number(cmd.args)
-            return None
+            return
         if rest not in allowed:
             raise SimError(-113, "Undefined header")
         if arg not in allowed[rest]:  # the simulator models the external rising edge, normal sweep only
             raise SimError(-224, "Illegal parameter value")
-        return None
+        return
 
     def _acquire(self, cmd: Command) -> bytes | None:
         rest = cmd.nodes[1:]
@@ -224,7 +224,7 @@ class Scope:
         self.record, self._done_at = None, math.inf
         phase = self.sync_phase()
         if phase is None:
-            return None
+            return
         span = self.time_range
         pre = REFERENCE_DIV[self.reference] * span / 10 - self.position  # record start before the trigger
         count = self.acq_count if self.acq_type == "AVER" else 1
@@ -233,7 +233,7 @@ class Scope:
         for _ in range(count):
             got = self.plant.record_after(max(pre, 0.0), phase, pre, span)
             if got is None:
-                return None
+                return
             recs.append(got)
         t, _ = recs[0]
         n = min(r[0].size for r in recs)
@@ -243,7 +243,7 @@ class Scope:
                              {k: (self.ch[k].range_v, self.ch[k].offset_v) for k in names})
         self._done_at = self.plant.wall_at_twin_now() if count else t0_wall
         self.records_taken += 1
-        return None
+        return
 
     def _waveform(self, cmd: Command) -> bytes | None:
         rest, arg = cmd.nodes[1:], cmd.args.upper()

@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-__all__ = ["ScpiServer", "Command", "short_form", "SimError"]
+__all__ = ["Command", "ScpiServer", "SimError", "short_form"]
 
 POLL_S = 0.05
 MAX_MESSAGE_BYTES = 64 * 2**20
@@ -126,7 +126,7 @@ class ScpiServer:
     def resource(self) -> str:
         return f"TCPIP0::{self.host}::{self.port}::SOCKET"
 
-    def start(self) -> "ScpiServer":
+    def start(self) -> ScpiServer:
         self._thread.start()
         return self
 
@@ -135,7 +135,7 @@ class ScpiServer:
         self._thread.join(5.0)
         self._sock.close()
 
-    def __enter__(self) -> "ScpiServer":
+    def __enter__(self) -> ScpiServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -153,7 +153,7 @@ class ScpiServer:
         while not self._stop.is_set():
             try:
                 conn, _ = self._sock.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             self.connections += 1
             try:
@@ -173,7 +173,7 @@ class ScpiServer:
         while not self._stop.is_set():
             try:
                 chunk = conn.recv(1 << 16)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             if not chunk:
                 return
