@@ -1,4 +1,4 @@
-"""InfiniiVision digitiser driver against the scripted fake through real pyvisa: preamble +
+"""InfiniiVision digitiser driver against the scripted fake over a real loopback socket: preamble +
 WORD block -> volts (exact), clipping -> over-range, malformed replies -> one clear error."""
 
 import numpy as np

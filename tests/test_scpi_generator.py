@@ -1,5 +1,5 @@
-"""Keysight 33500B driver against the scripted fake, through real pyvisa (pyvisa-py socket):
-exact command transcripts (arming order, arbitrary-waveform block, safe ramp-down), bounded
+"""Keysight 33500B driver against the scripted fake, over a real loopback socket
+(hbtest.rig.scpi.link.SocketResource): exact command transcripts (arming order, arbitrary-waveform block, safe ramp-down), bounded
 timeouts and malformed replies."""
 
 import time
