@@ -1,4 +1,4 @@
-"""InfiniiVision digitiser driver against the scripted fake through real pyvisa: preamble +
+"""InfiniiVision digitiser driver against the scripted fake over a real loopback socket: preamble +
 WORD block -> volts (exact), clipping -> over-range, malformed replies -> one clear error."""
 
 import numpy as np
@@ -51,10 +51,12 @@ def test_clipped_sample_is_overrange(clip):
 
 def test_setup_and_digitize_transcript():
     script = [
-        "*CLS", ":STOP", ":ACQ:TYPE NORM", ":WAV:FORM WORD", ":WAV:BYT LSBF", ":WAV:UNS ON", ":WAV:POIN:MODE RAW",
-        ":TRIG:MODE EDGE", ":TRIG:SWE NORM", ":TRIG:SOUR EXT", ":TRIG:SLOP POS", ":TRIG:LEV 1", ":TIM:REF LEFT", ":TIM:POS 0",
+        "*CLS", ":STOP", ":ACQ:TYPE HRES", ":WAV:FORM WORD", ":WAV:BYT LSBF", ":WAV:UNS ON", ":WAV:POIN:MODE RAW",
+        ":TRIG:MODE EDGE", ":TRIG:SWE NORM", ":TRIG:SOUR EXT", ":TRIG:SLOP POS", ":TRIG:LEV 1", ":TIM:REF LEFT",
+        Step(":SYST:ERR?", '+0,"No error"'),
         ":CHAN4:DISP ON", ":CHAN4:COUP DC", ":CHAN4:IMP ONEM", ":CHAN4:RANG 24", ":CHAN4:OFFS -1.5",
-        ":TIM:RANG 0.25", ":WAV:POIN 1250", ":DIG CHAN1,CHAN4", Step("*OPC?", "1"),
+        ":TIM:RANG 0.25", ":TIM:POS 0.025", ":WAV:POIN 1250", Step(":SYST:ERR?", '+0,"No error"'),
+        ":DIG CHAN1,CHAN4", Step("*OPC?", "1"),
     ]
     with ScriptedInstrument(script, "scope") as fake:
         s = scope(fake)

@@ -13,6 +13,7 @@ from hbtest.config import load_rig
 from hbtest.errors import ConfigError, LimitExceeded
 from hbtest.rig import Rig
 from hbtest.rig.scpi import KIND, InfiniiVision, Keysight33500B, ScpiLink, ScpiRig, open as open_scpi
+from hbtest.rig.scpi.link import open_resource
 from hbtest.rig.scpi.rig import ScpiAcquisition
 from hbtest.testing import Block, Recorder, ScriptedInstrument, Step
 
@@ -78,36 +79,42 @@ def test_demand_and_acquisition_end_to_end_exact():
     msin_codes = np.rint(-np.sin(th) * 32767)
     gen_script = [
         Step("*IDN?", IDN_GEN), "*CLS", "FORM:BORD SWAP", "OUTP1 OFF", "OUTP2 OFF",
+        "SOUR1:DATA:VOL:CLE", "SOUR2:DATA:VOL:CLE",  # outputs off: a clean volatile memory, names restart
         # arming: load, limits, (zero) waveform on both channels, sync, error queue, outputs on
         *arm(1, "5.000000"), *arm(2, "4.000000"),
         "OUTP:SYNC:SOUR CH1", "OUTP:SYNC ON", "SOUR1:FUNC:ARB:SYNC", Step("SYST:ERR?", NO_ERROR), "OUTP1 ON", "OUTP2 ON",
         # the demand (one step: ramp_periods = 0): vertical 0.5 + cos, rotational -0.5 sin
         Block("SOUR1:DATA:ARB:DAC HB1_1,", codes_of(cos_codes)), "SOUR1:FUNC:ARB HB1_1", "SOUR1:VOLT:OFFS 0.500000", "SOUR1:VOLT 2.000000",
         Block("SOUR2:DATA:ARB:DAC HB2_1,", codes_of(msin_codes)), "SOUR2:FUNC:ARB HB2_1", "SOUR2:VOLT:OFFS 0.000000", "SOUR2:VOLT 1.000000",
-        "SOUR1:FUNC:ARB:SYNC",
+        "SOUR1:FUNC:ARB:SYNC", Step("SYST:ERR?", NO_ERROR),
         # close: safe ramp-down in 2 steps, then outputs off
         "SOUR1:VOLT 1.001000", "SOUR1:VOLT:OFFS 0.250000", "SOUR2:VOLT 0.501000", "SOUR2:VOLT:OFFS 0.000000",
         "SOUR1:VOLT 0.002000", "SOUR1:VOLT:OFFS 0.000000", "SOUR2:VOLT 0.002000", "SOUR2:VOLT:OFFS 0.000000",
         "OUTP1 OFF", "OUTP2 OFF",
     ]
-    # digitiser: 21 points at 10 ms from the trigger; 20 lie inside the two periods asked for
+    # digitiser: 21 points at 10 ms from the trigger: the two periods asked for and the first sample after them
     pre = "+1,+0,+21,+1,+1.0E-02,+0.0E+00,+0,+1.0E-03,+0.0E+00,+32768"
     t_rel = np.arange(21) * 0.01
     raw = {ch: 32768 + np.rint(1000 * ch * np.cos(2 * np.pi * 10 * t_rel)) for ch in (1, 2, 3, 4)}
     raw[4][7] = 0xFFFF  # g2 clipped
     dig_script = [
-        Step("*IDN?", IDN_DIG), "*CLS", ":STOP", ":ACQ:TYPE NORM", ":WAV:FORM WORD", ":WAV:BYT LSBF", ":WAV:UNS ON",
+        Step("*IDN?", IDN_DIG), "*CLS", ":STOP", ":ACQ:TYPE HRES", ":WAV:FORM WORD", ":WAV:BYT LSBF", ":WAV:UNS ON",
         ":WAV:POIN:MODE RAW", ":TRIG:MODE EDGE", ":TRIG:SWE NORM", ":TRIG:SOUR EXT", ":TRIG:SLOP POS", ":TRIG:LEV 1",
-        ":TIM:REF LEFT", ":TIM:POS 0",
+        ":TIM:REF LEFT", Step(":SYST:ERR?", NO_ERROR),
         *[f":CHAN{c}:{cmd}" for c in (1, 2, 3, 4) for cmd in ("DISP ON", "COUP DC", "IMP ONEM", "RANG 24", "OFFS 0")],
-        ":TIM:RANG 0.204", ":WAV:POIN 21", ":DIG CHAN1,CHAN2,CHAN3,CHAN4", Step("*OPC?", "1"),
+        ":TIM:RANG 0.24", ":TIM:POS 0.024", ":WAV:POIN 24", Step(":SYST:ERR?", NO_ERROR),
+        ":DIG CHAN1,CHAN2,CHAN3,CHAN4", Step("*OPC?", "1"),
         *[s for c in (1, 2, 3, 4) for s in (f":WAV:SOUR CHAN{c}", Step(":WAV:PRE?", pre), Step(":WAV:DATA?", block(raw[c])))],
     ]
     with ScriptedInstrument(gen_script, "33500B") as gen, ScriptedInstrument(dig_script, "scope") as dig:
         cfg = load_rig(RIG, [f"generator.resource={gen.resource_name}", f"digitiser.resource={dig.resource_name}",
                              f"generator.arb_points={N}", "generator.ramp_down_s=0.0", "generator.ramp_down_steps=2",
                              "generator.timeout_ms=500", "digitiser.timeout_ms=500", "rig.sample_rate_hz=100.0"])
-        with open_scpi(cfg) as rig:
+        gl = ScpiLink(open_resource(gen.resource_name, "gen", timeout_ms=500), "gen")
+        dl = ScpiLink(open_resource(dig.resource_name, "dig", timeout_ms=500), "dig")
+        # a frozen clock: the restart lands at demand phase 0 (no rotation of the waveforms)
+        with ScpiRig(cfg, Keysight33500B(gl), InfiniiVision(dl, timeout_ms=500), clock=lambda: 0.0, sleep=lambda s: None) as rig:
+            rig._restart_latency_s = 0.0
             assert isinstance(rig, Rig)
             assert rig.describe().details["generator"] == IDN_GEN
             rig.set_demand(10.0, np.array([[0.5, 1.0], [0.0, 0.5j]]), (0, 1), ramp_periods=0)
@@ -117,8 +124,8 @@ def test_demand_and_acquisition_end_to_end_exact():
     assert acq.n_periods == 2 and acq.frequency_hz == 10.0
     m = acq.t[0] * 10.0
     assert m == pytest.approx(round(m), abs=1e-6)  # a whole number of periods: phase 0 at the trigger
-    np.testing.assert_allclose(acq.t - acq.t[0], t_rel[:20], rtol=0, atol=1e-12)
-    np.testing.assert_array_equal(acq.data["l2"], (raw[2][:20] - 32768) * 1e-3)
+    np.testing.assert_allclose(acq.t - acq.t[0], t_rel, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(acq.data["l2"], (raw[2] - 32768) * 1e-3)
     assert acq.sample_rate_hz == pytest.approx(100.0)
 
 
@@ -183,7 +190,7 @@ class GeneratorModel:
 
 def recorder_rig(cfg):
     gen = Recorder(lambda q: {"*IDN?": IDN_GEN, "SYST:ERR?": NO_ERROR}[q])
-    dig = Recorder(lambda q: {"*IDN?": IDN_DIG}[q])
+    dig = Recorder(lambda q: {"*IDN?": IDN_DIG, ":SYST:ERR?": NO_ERROR}[q])
     rig = ScpiRig(cfg, Keysight33500B(ScpiLink(gen, "gen")), InfiniiVision(ScpiLink(dig, "dig")), clock=lambda: 0.0, sleep=lambda s: None)
     return rig, gen
 
@@ -229,11 +236,12 @@ def test_nothing_beyond_the_limit_is_ever_written(case):
             rig.set_demand(f, V, orders, ramp_periods=ramp)
     rig.close()
     GeneratorModel({1: 5.0, 2: 4.0}).run(gen.transcript, gen.blocks)
-    assert gen.transcript[-2:] == ["OUTP1 OFF", "OUTP2 OFF"]
+    assert [x for x in gen.transcript if re.match(r"OUTP\d ", x)][-2:] == ["OUTP1 OFF", "OUTP2 OFF"]
 
 
 def test_uploaded_waveform_reproduces_the_demand():
     rig, gen = recorder_rig(CFG)
+    rig._restart_latency_s = 0.0  # frozen clock: the restart lands at demand phase 0
     orders = (0, 1, 3)
     V = np.array([[0.4, 1.0 - 1.0j, 0.3j], [-0.2, 0.5, 0.0]])
     rig.set_demand(17.0, V, orders, ramp_periods=2.0)

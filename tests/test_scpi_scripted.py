@@ -11,7 +11,7 @@ from hbtest.testing import Block, ScriptedInstrument, Step
 
 
 def link(fake):
-    return ScpiLink(open_resource(fake.resource_name, "dut", timeout_ms=300), "dut", retries=0)
+    return ScpiLink(open_resource(fake.resource_name, "dut", timeout_ms=300), "dut")
 
 
 def test_a_correct_conversation_passes_and_is_recorded():

@@ -8,7 +8,7 @@ Rig-file tables owned by this kind (units in the key names; see
     [generator]
     resource = "TCPIP0::192.0.2.10::5025::SOCKET"   # VISA address
     visa_library = "@py"          # pyvisa backend ("@py" = pyvisa-py; "file.yaml@sim" = pyvisa-sim)
-    timeout_ms = 5000             # per command; timeouts are retried (hbtest.rig.scpi.link.RETRIES)
+    timeout_ms = 5000             # per reply; a query is never retried: a late reply is an error (hbtest.rig.scpi.link)
     output_load = "INF"           # only HIGH Z is accepted: 50 ohm would double the volts at the amplifier
     arb_points = 1000             # points of the one-period arbitrary waveform
     sync_channel = 1              # the Sync output follows this channel's waveform point 0

@@ -4,9 +4,19 @@ Units: volts, seconds. Channels are 1..4 (``CHANnel<n>``).
 
 Acquisition: normal (not auto) triggering on the EXTernal trigger input, rising edge — wired to
 the generator's Sync output, so the trigger instant is the generator's waveform point 0, i.e.
-phase 0 of the demand (see :mod:`hbtest.rig.scpi.rig`). The time reference is the left edge of
-the screen at zero delay, so the record starts at the trigger. ``:DIGitize`` takes one record of
-all used channels; ``*OPC?`` waits for it with a timeout sized from the record length.
+phase 0 of the demand (see :mod:`hbtest.rig.scpi.rig`). ``:TIMebase:REFerence LEFT`` puts the
+time reference one division (of ten) in from the left edge of the screen (InfiniiVision 3000T/4000
+X-Series Programmer's Guide, ":TIMebase:REFerence"), and ``:TIMebase:POSition`` is the time from
+the trigger to that reference (":TIMebase:POSition"): the driver sets the position to one
+division (range / 10), so the screen starts at the trigger; sample times are taken from the
+preamble all the same (a scope that clamps the position shows up there, never as a shifted
+phase). ``:DIGitize`` takes one record of all used channels; ``*OPC?`` waits for it with a
+timeout sized from the record length.
+
+Acquisition type ``HRESolution`` (":ACQuire:TYPE"): at slow sweep speeds the scope averages
+consecutive ADC samples of its 8-bit converter into up to 12 bits (``NORMal`` keeps 8 bits:
+an LSB of range/256, 94 mV on a 24 V range). Ranges come from the rig file; ``hbtest design``
+predicts the levels to choose them from.
 
 Read-out per channel: ``:WAVeform:SOURce CHANnel<n>``, ``:WAVeform:PREamble?`` and
 ``:WAVeform:DATA?`` with ``:WAVeform:FORMat WORD``, ``:WAVeform:BYTeorder LSBFirst``,
@@ -94,7 +104,7 @@ class InfiniiVision:
         w = self.link.write
         w("*CLS")
         w(":STOP")
-        w(":ACQ:TYPE NORM")
+        w(":ACQ:TYPE HRES")
         w(":WAV:FORM WORD")
         w(":WAV:BYT LSBF")
         w(":WAV:UNS ON")
@@ -105,7 +115,22 @@ class InfiniiVision:
         w(":TRIG:SLOP POS")
         w(f":TRIG:LEV {trigger_level_v:.6g}")
         w(":TIM:REF LEFT")
-        w(":TIM:POS 0")
+        self.check_errors("setup")
+
+    def errors(self, max_reads: int = 20) -> list[str]:
+        """Drain the error queue (``:SYSTem:ERRor?``) until ``+0,"No error"``."""
+        out = []
+        for _ in range(max_reads):
+            e = self.link.query(":SYST:ERR?")
+            if e.split(",")[0].strip().lstrip("+") in ("0", "-0"):
+                break
+            out.append(e)
+        return out
+
+    def check_errors(self, after: str) -> None:
+        errors = self.errors()
+        if errors:
+            raise InstrumentError(f"{self.name}: error after {after}: {'; '.join(errors)}")
 
     def configure_channel(self, ch: int, range_v: float, offset_v: float = 0.0) -> None:
         """DC coupled, 1 Mohm, full-scale ``range_v`` [V] (8 divisions) centred on ``offset_v``."""
@@ -117,9 +142,12 @@ class InfiniiVision:
         w(f":CHAN{ch}:OFFS {offset_v:.6g}")
 
     def set_record(self, duration_s: float, points: int) -> None:
-        """Record ``duration_s`` [s] (full screen) with ``points`` samples read back."""
+        """Record ``duration_s`` [s] (full screen, starting at the trigger: position one
+        division right of the LEFT reference) with up to ``points`` samples read back."""
         self.link.write(f":TIM:RANG {duration_s:.9g}")
+        self.link.write(f":TIM:POS {duration_s / 10:.9g}")
         self.link.write(f":WAV:POIN {int(points)}")
+        self.check_errors("setting the record")
 
     def digitize(self, channels, wait_s: float) -> None:
         """One triggered record of ``channels``; blocks until done (``*OPC?``) for at most

@@ -17,9 +17,16 @@ only then ``OUTP ON``.
 
 Arbitrary waveforms are sent as ``SOURce<n>:DATA:ARBitrary:DAC <name>,#<block>`` of int16
 little-endian codes (``FORMat:BORDer SWAPped``); the sample rate ``FUNCtion:ARBitrary:SRATe``
-is ``points * f`` so one waveform is exactly one period. Volatile memory fills up: after
-:data:`ARB_SLOTS` uploads on a channel the driver clears it (``DATA:VOLatile:CLEar``) before the
-next upload — a short switch to the built-in default waveform, still within ``|o| + A/2``.
+is ``points * f`` so one waveform is exactly one period.
+
+Volatile memory (33500 Series Operating and Service Guide, "DATA Subsystem": DATA:ARBitrary,
+DATA:VOLatile:CLEar/FREE?): a name cannot be written twice (+785 on the instrument), and
+``DATA:VOLatile:CLEar`` reloads the built-in default waveform on a channel playing a volatile
+one. So volatile memory is cleared **only with both outputs off** (:meth:`Keysight33500B.setup`,
+and after the safe ramp-down), never while an output is on; names restart at ``HB<ch>_0`` only
+after such a clear; a waveform already in memory (same codes) is selected again by name instead
+of uploaded twice; memory that would overflow with an output on is an error (the run stops
+resumably; the next open clears it with the outputs off).
 """
 
 from __future__ import annotations
@@ -32,11 +39,13 @@ import numpy as np
 
 from .link import ScpiLink
 
-__all__ = ["Keysight33500B", "ChannelState", "DAC_FULL_SCALE", "MIN_AMPLITUDE_VPP", "ARB_SLOTS", "fmt_toward_zero"]
+from ...errors import InstrumentError
+
+__all__ = ["Keysight33500B", "ChannelState", "DAC_FULL_SCALE", "MIN_AMPLITUDE_VPP", "VOLATILE_POINTS", "fmt_toward_zero"]
 
 DAC_FULL_SCALE = 32767  # DATA:ARB:DAC codes span -32767..32767
 MIN_AMPLITUDE_VPP = 0.002  # smallest amplitude into HIGH Z (1 mVpp into 50 ohm)
-ARB_SLOTS = 32  # uploads per channel between two clears of volatile memory
+VOLATILE_POINTS = 1_000_000  # points of volatile arb memory per channel (the 33500B's standard memory)
 VOLT_DIGITS = 6  # volts written with 1 uV resolution, rounded toward zero (never above a limit)
 TRUNC_FUZZ = 1e-6  # of a quantum: at most 1e-12 V above the computed value
 RAMP_DOWN_STEPS = 20  # amplitude steps of the safe ramp-down
@@ -64,6 +73,8 @@ class ChannelState:
     sample_rate: float | None = None
     uploads: int = 0
     limit_v: float | None = None
+    stored: dict = field(default_factory=dict)  # codes bytes -> name, waveforms in volatile memory
+    used_points: int = 0
 
 
 @dataclass
@@ -90,11 +101,29 @@ class Keysight33500B:
         return idn
 
     def setup(self) -> None:
-        """Clear status, little-endian blocks, both outputs off (a known, safe start)."""
+        """Clear status, little-endian blocks, both outputs off, then (outputs off) volatile
+        memory cleared on both channels (a known, safe start: names may restart)."""
         self.link.write("*CLS")
         self.link.write("FORM:BORD SWAP")
         for ch in (1, 2):
             self.output_off(ch)
+        for ch in (1, 2):
+            self.clear_volatile(ch)
+
+    def clear_volatile(self, ch: int) -> None:
+        """``DATA:VOL:CLE`` on ``ch`` — refused (RuntimeError) while any output is on: the
+        default waveform would reach the actuators."""
+        st = self._ch(ch)
+        if any(s.output for s in self.state.values()):
+            raise RuntimeError(f"{self.name}: volatile memory is never cleared with an output on")
+        self.link.write(f"SOUR{ch}:DATA:VOL:CLE")
+        st.stored, st.used_points, st.uploads, st.waveform, st.codes = {}, 0, 0, None, None
+
+    def check_errors(self, after: str) -> None:
+        """``SYST:ERR?`` drained; any error is an InstrumentError naming ``after``."""
+        errors = self.errors()
+        if errors:
+            raise InstrumentError(f"{self.name}: error after {after}: {'; '.join(errors)}")
 
     def errors(self, max_reads: int = 20) -> list[str]:
         """Drain the error queue (``SYST:ERR?``) until ``+0,"No error"``."""
@@ -183,12 +212,19 @@ class Keysight33500B:
         codes = np.asarray(codes)
         if codes.ndim != 1 or codes.size < 8 or np.abs(codes).max(initial=0) > DAC_FULL_SCALE:
             raise ValueError(f"{self.name}: waveform needs >= 8 codes within +/-{DAC_FULL_SCALE}")
-        if st.uploads >= ARB_SLOTS:
-            self.link.write(f"SOUR{ch}:DATA:VOL:CLE")
-            st.uploads = 0
-        name = f"HB{ch}_{st.uploads}"
-        st.uploads += 1
-        self.link.write_block(f"SOUR{ch}:DATA:ARB:DAC {name},", codes.astype("<i2"), "h")
+        key = codes.astype("<i2").tobytes()
+        name = st.stored.get(key)
+        if name is None:
+            if st.used_points + codes.size > VOLATILE_POINTS:
+                if any(s.output for s in self.state.values()):
+                    raise InstrumentError(f"{self.name}: channel {ch}: volatile arb memory full ({st.used_points} points) "
+                                          "with an output on: not cleared live; resume starts from a cleared memory")
+                self.clear_volatile(ch)
+            name = f"HB{ch}_{st.uploads}"
+            st.uploads += 1
+            self.link.write_block(f"SOUR{ch}:DATA:ARB:DAC {name},", codes.astype("<i2"), "h")
+            st.stored[key] = name
+            st.used_points += codes.size
         self.link.write(f"SOUR{ch}:FUNC:ARB {name}")
         if st.sample_rate != sample_rate:
             self.link.write(f"SOUR{ch}:FUNC:ARB:SRAT {sample_rate:.12g}")
@@ -213,15 +249,30 @@ class Keysight33500B:
 
     def ramp_down(self, channels=(1, 2), duration_s: float = 1.0, steps: int = RAMP_DOWN_STEPS, sleep=time.sleep) -> None:
         """Safe state: amplitude and offset of ``channels`` stepped linearly to the minimum
-        amplitude and 0 V over ``duration_s`` [s] (``steps`` steps), then outputs off."""
+        amplitude and 0 V over ``duration_s`` [s] (``steps`` steps), then outputs off. The outputs
+        are switched off whatever interrupts the ramp (an instrument error, KeyboardInterrupt):
+        the ramp may be cut short, the output-off never is."""
         live = [ch for ch in channels if self._ch(ch).output]
         start = {ch: (self.state[ch].amplitude_vpp or MIN_AMPLITUDE_VPP, self.state[ch].offset_v) for ch in live}
-        if live and any(a > MIN_AMPLITUDE_VPP or o != 0 for a, o in start.values()):
-            for j in range(1, steps + 1):
-                frac = 1.0 - j / steps
-                for ch in live:
-                    a0, o0 = start[ch]
-                    self.set_level(ch, MIN_AMPLITUDE_VPP + (a0 - MIN_AMPLITUDE_VPP) * frac, o0 * frac)
-                sleep(duration_s / steps)
+        try:
+            if live and any(a > MIN_AMPLITUDE_VPP or o != 0 for a, o in start.values()):
+                for j in range(1, steps + 1):
+                    frac = 1.0 - j / steps
+                    for ch in live:
+                        a0, o0 = start[ch]
+                        self.set_level(ch, MIN_AMPLITUDE_VPP + (a0 - MIN_AMPLITUDE_VPP) * frac, o0 * frac)
+                    sleep(duration_s / steps)
+        finally:
+            self.outputs_off(channels)
+
+    def outputs_off(self, channels=(1, 2)) -> None:
+        """``OUTP<n> OFF`` on every channel, each tried even if another fails (or a
+        KeyboardInterrupt arrives); the first failure is raised after all were tried."""
+        first: BaseException | None = None
         for ch in channels:
-            self.output_off(ch)
+            try:
+                self.output_off(ch)
+            except BaseException as e:  # noqa: BLE001 - the other channel's output-off must still run
+                first = first or e
+        if first is not None:
+            raise first

@@ -36,7 +36,12 @@ Synchronisation (which cable goes where)
   scope), so the sample clock does not drift against the demand within a record (20 ppm is
   4 mrad after 2 s at 17 Hz).
 
-Acquisitions report ``t`` as ``m T + t_rel + trigger_delay_s`` with ``m T`` the last whole
+Phase continuity: a waveform change restarts both channels at point 0, so the driver uploads the
+new waveform rotated by the demand phase ``theta`` the old one has reached when the restart
+lands (predicted from the clock and the measured restart latency): no phase jump excites the
+structure, and the Sync edge then marks demand phase ``theta``.
+
+Acquisitions report ``t`` as ``m T + theta / (2 pi f) + t_rel + trigger_delay_s`` with ``m T`` the last whole
 period at or before the trigger on the rig's wall clock (:attr:`ScpiRig.elapsed_s`, seconds
 since open); the demand formula holds for any whole number of periods, so ``t`` is in the
 demand time base. Over-range (a clipped digitiser sample) is reported per sensor channel in
@@ -55,9 +60,9 @@ from ...errors import InstrumentError, LimitExceeded
 from .. import Acquisition, RigDescription
 from .keysight33500b import DAC_FULL_SCALE, MIN_AMPLITUDE_VPP, Keysight33500B
 
-__all__ = ["ScpiRig", "ScpiAcquisition", "synthesise", "RECORD_MARGIN"]
+__all__ = ["ScpiRig", "ScpiAcquisition", "synthesise", "record_window", "RECORD_SLACK_SAMPLES"]
 
-RECORD_MARGIN = 0.02  # the digitiser records 2 % more than the periods asked (whole periods fit)
+RECORD_SLACK_SAMPLES = 4  # the digitiser records this many samples more than the periods asked
 LIMIT_RTOL = 1e-12  # float slack of the peak check (as hbtest.rig.check_voltage); writes round toward zero
 ZERO_PEAK_V = 1e-12  # an AC part below this is "no AC" (all-zero waveform)
 
@@ -70,9 +75,10 @@ class ScpiAcquisition(Acquisition):
     overrange: tuple[str, ...] = ()
 
 
-def synthesise(coefficients: np.ndarray, orders, points: int) -> tuple[np.ndarray, float, float]:
+def synthesise(coefficients: np.ndarray, orders, points: int, theta: float = 0.0) -> tuple[np.ndarray, float, float]:
     """One actuator's demand -> (int16 DAC codes of one period, amplitude [Vpp], offset [V]).
-    ``coefficients``: complex, one per order (``X_0 = a0`` real)."""
+    ``coefficients``: complex, one per order (``X_0 = a0`` real); point 0 is demand phase
+    ``theta`` [rad] of the fundamental."""
     orders = np.asarray(orders, dtype=int)
     c = np.asarray(coefficients, dtype=complex)
     a0 = float(np.real(c[orders == 0].sum()))
@@ -80,12 +86,29 @@ def synthesise(coefficients: np.ndarray, orders, points: int) -> tuple[np.ndarra
     w = np.zeros(points)
     for k, X in zip(orders, c):
         if k > 0 and X != 0:
-            w += np.real(X * np.exp(2j * np.pi * k * n / points))
+            w += np.real(X * np.exp(1j * k * (2 * np.pi * n / points + theta)))
     peak = float(np.abs(w).max())
     if peak < ZERO_PEAK_V:
         return np.zeros(points, dtype=np.int16), MIN_AMPLITUDE_VPP, a0
     codes = np.clip(np.rint(w / peak * DAC_FULL_SCALE), -DAC_FULL_SCALE, DAC_FULL_SCALE).astype(np.int16)
     return codes, 2.0 * peak, a0
+
+
+def record_window(t_rel: np.ndarray, need: float) -> tuple[np.ndarray | None, float]:
+    """The samples of a record (times ``t_rel`` [s] after the demand's phase 0) that hold the
+    ``need`` [s] asked for: from the first sample at or after 0 through the first sample at or
+    after ``need`` (one sample past the end, so ``n`` whole periods are never one sample short
+    however the sample grid falls against the trigger). Returns (mask, sample step [s]), or
+    (None, step) when the record ends before ``need``."""
+    t_rel = np.asarray(t_rel, dtype=float)
+    dt = float(np.median(np.diff(t_rel))) if t_rel.size > 1 else float(need)
+    after = np.flatnonzero(t_rel >= 0)
+    end = np.flatnonzero(t_rel >= need - 1e-9 * dt)
+    if after.size == 0 or end.size == 0:
+        return None, dt
+    keep = np.zeros(t_rel.size, dtype=bool)
+    keep[after[0] : end[0] + 1] = True
+    return keep, dt
 
 
 class ScpiRig:
@@ -109,6 +132,8 @@ class ScpiRig:
         self._armed = False
         self._closed = False
         self._record = None
+        self._theta, self._t_sync, self._f_sync = 0.0, None, 0.0  # demand phase at the last restart
+        self._restart_latency_s = 0.01  # from computing a waveform to its restart (running estimate)
         self._idn = {"generator": generator.identify(), "digitiser": digitiser.identify()}
         generator.setup()
         digitiser.setup(self.spec.digitiser.trigger_level_v)
@@ -196,27 +221,49 @@ class ScpiRig:
             self.gen.arm_channel(c.channel, c.voltage_limit_v, np.zeros(g.arb_points, dtype=np.int16), rate, 0.0, 0.0)
         self.gen.set_sync_output(g.sync_channel)
         self.gen.sync_arbs()
+        self._theta, self._t_sync, self._f_sync = 0.0, self._clock(), frequency_hz
         errors = self.gen.errors()
         if errors:
-            self.gen.ramp_down([c.channel for c in self._gen_channels], 0.0, steps=1, sleep=self._sleep)
+            self.gen.outputs_off([c.channel for c in self._gen_channels])
             raise InstrumentError(f"{self.gen.name}: refused the arming sequence: {'; '.join(errors)}")
         for c in self._gen_channels:
             self.gen.output_on(c.channel)
         self._armed = True
 
     def _apply(self, frequency_hz: float, V: np.ndarray, orders) -> None:
+        """One demand step. A waveform change restarts both channels at point 0 (``FUNC:ARB:SYNC``):
+        the new waveform is synthesised rotated by the demand phase the old one is predicted to
+        have reached when the restart lands, so the output stays continuous (no phase jump to
+        excite a transient) and the Sync edge marks demand phase :attr:`_theta`, not 0."""
         g = self.spec.generator
         rate = g.arb_points * frequency_hz
-        changed = False
-        for i, c in enumerate(self._gen_channels):
-            codes, amplitude, offset = synthesise(V[i], orders, g.arb_points)
+        chans = list(enumerate(self._gen_channels))
+        same = [synthesise(V[i], orders, g.arb_points, self._theta) for i, _ in chans]
+        if all(self.gen.state[c.channel].sample_rate == rate and self.gen.state[c.channel].codes is not None
+               and np.array_equal(same[i][0], self.gen.state[c.channel].codes) for i, c in chans):
+            for i, c in chans:  # the shape only scales: levels, no restart
+                self.gen.set_level(c.channel, same[i][1], same[i][2])
+            self.gen.check_errors("the demand")
+            return
+        t_start = self._clock()
+        theta = self._phase_at(t_start + self._restart_latency_s)
+        for i, c in chans:
+            codes, amplitude, offset = synthesise(V[i], orders, g.arb_points, theta)
             st = self.gen.state[c.channel]
             if st.codes is None or not np.array_equal(codes, st.codes) or st.sample_rate != rate:
                 self.gen.upload_arb(c.channel, codes, rate)
-                changed = True
             self.gen.set_level(c.channel, amplitude, offset)
-        if changed:
-            self.gen.sync_arbs()
+        self.gen.sync_arbs()
+        t_sync = self._clock()
+        self._restart_latency_s = 0.5 * self._restart_latency_s + 0.5 * (t_sync - t_start)
+        self._theta, self._t_sync, self._f_sync = theta, t_sync, frequency_hz
+        self.gen.check_errors("the demand")
+
+    def _phase_at(self, t: float) -> float:
+        """Demand phase [rad] of the fundamental at clock time ``t`` (0 before any restart)."""
+        if self._t_sync is None:
+            return 0.0
+        return float((self._theta + 2 * np.pi * self._f_sync * (t - self._t_sync)) % (2 * np.pi))
 
     def acquire(self, n_periods: int) -> ScpiAcquisition:
         self._check_open()
@@ -228,27 +275,36 @@ class ScpiRig:
         f = self._freq
         d = self.spec.digitiser
         need = n_periods / f
-        duration = need * (1 + RECORD_MARGIN) + max(d.trigger_delay_s, 0.0)
-        points = int(min(d.max_points, math.ceil(self.config.sample_rate_hz * duration)))
+        duration = need + RECORD_SLACK_SAMPLES / self.config.sample_rate_hz + max(d.trigger_delay_s, 0.0)
+        points = int(min(d.max_points, math.ceil(self.config.sample_rate_hz * duration - 1e-9)))
         if self._record != (duration, points):
             self.dig.set_record(duration, points)
             self._record = (duration, points)
         chans = [c.channel for c in self._dig_channels]
         self.dig.digitize(chans, wait_s=duration + 1.0 / f)
-        t_trigger = self.elapsed_s - duration
+        t_done = self.elapsed_s
         rec = self.dig.read(chans)
         t_rel = rec.t + d.trigger_delay_s
-        keep = (t_rel >= 0) & (t_rel < need)
-        if not keep.any():
-            raise InstrumentError(f"{self.dig.name}: record holds no sample of the {need:.4g} s asked for")
-        dt = float(np.median(np.diff(rec.t))) if rec.t.size > 1 else need
-        covered = t_rel[keep][-1] - t_rel[keep][0] + 1.5 * dt
-        if covered < need:
-            raise InstrumentError(f"{self.dig.name}: record covers {covered:.4g} s, {need:.4g} s ({n_periods} periods) needed: raise max_points or lower the rate")
-        m = math.floor(max(t_trigger, 0.0) * f)
-        t = m / f + t_rel[keep]
+        keep, dt = record_window(t_rel, need)
+        if keep is None:
+            covered = float(t_rel[-1] - max(t_rel[0], 0.0)) if t_rel.size else 0.0
+            raise InstrumentError(f"{self.dig.name}: record covers {covered:.4g} s after the trigger, {need:.4g} s "
+                                  f"({n_periods} periods) needed: raise max_points or lower the rate")
+        k, t_edge = self._edge_before(t_done - float(t_rel[-1]) - dt, f)
+        t = k / f + self._theta / (2 * np.pi * f) + t_rel[keep]
+        end = t_edge + float(t_rel[keep][-1]) + dt
         data = {c.sensor: rec.volts[c.channel][keep] for c in self._dig_channels}
         over = tuple(c.sensor for c in self._dig_channels if c.channel in rec.overrange)
+        return ScpiAcquisition(t=t, data=data, frequency_hz=f, sample_rate_hz=1.0 / dt, n_periods=n_periods, elapsed_s=end, overrange=over)
+
+    def _edge_before(self, estimate_s: float, f: float) -> tuple[int, float]:
+        """The Sync edge a record triggered on, on the rig clock: the edges fall every period
+        after the last restart (:attr:`_t_sync`, at demand phase :attr:`_theta`); the one
+        nearest ``estimate_s`` [s since open]. Returns (periods since the restart, its clock
+        time [s since open]). Exact between records of one demand (mains stay coherent)."""
+        t_sync = (self._t_sync if self._t_sync is not None else self._t_open) - self._t_open
+        k = max(0, round((estimate_s - t_sync) * f))
+        return k, t_sync + k / f
         return ScpiAcquisition(t=t, data=data, frequency_hz=f, sample_rate_hz=1.0 / dt, n_periods=n_periods, elapsed_s=self.elapsed_s, overrange=over)
 
     def wait(self, n_periods: float) -> None:
