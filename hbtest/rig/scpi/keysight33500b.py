@@ -37,9 +37,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .link import ScpiLink
-
 from ...errors import InstrumentError
+from .link import ScpiLink
 
 __all__ = ["Keysight33500B", "ChannelState", "DAC_FULL_SCALE", "MIN_AMPLITUDE_VPP", "VOLATILE_POINTS", "fmt_toward_zero"]
 

@@ -305,7 +305,6 @@ class ScpiRig:
         t_sync = (self._t_sync if self._t_sync is not None else self._t_open) - self._t_open
         k = max(0, round((estimate_s - t_sync) * f))
         return k, t_sync + k / f
-        return ScpiAcquisition(t=t, data=data, frequency_hz=f, sample_rate_hz=1.0 / dt, n_periods=n_periods, elapsed_s=self.elapsed_s, overrange=over)
 
     def wait(self, n_periods: float) -> None:
         self._check_open()

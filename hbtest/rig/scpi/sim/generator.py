@@ -106,7 +106,7 @@ class Generator:
 
     # -- the plant ---------------------------------------------------------------------
     def _waveform(self, c: Channel) -> np.ndarray:
-        return c.memory.get(c.arb) if c.arb in c.memory else _exp_rise()
+        return c.memory[c.arb] if c.arb in c.memory else _exp_rise()
 
     def _output(self, n: int) -> ChannelOutput | None:
         c = self.ch[n]

@@ -172,7 +172,8 @@ class Scope:
     def _timebase(self, cmd: Command) -> bytes | None:
         rest = cmd.nodes[1:]
         if cmd.query:
-            v = {("RANG",): self.time_range, ("POS",): self.position}.get(rest)
+            known: dict[tuple[str, ...], float] = {("RANG",): self.time_range, ("POS",): self.position}
+            v = known.get(rest)
             if v is None:
                 raise SimError(-113, "Undefined header")
             return f"{v:+.10E}\n".encode()
@@ -182,10 +183,10 @@ class Scope:
                 raise SimError(-222, "Data out of range")
             self.time_range = v
         elif rest == ("REF",):
-            v = cmd.args.upper()[:4]
-            if v not in REFERENCE_DIV:
+            ref = cmd.args.upper()[:4]
+            if ref not in REFERENCE_DIV:
                 raise SimError(-224, "Illegal parameter value")
-            self.reference = v
+            self.reference = ref
         elif rest == ("POS",):
             self.position = _number(cmd.args)
         else:
