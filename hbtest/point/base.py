@@ -87,10 +87,14 @@ class SolverProfile(abc.ABC, Generic[C]):
     iteration."""
 
     name = ""
+    #: estimate and subtract the known mains frequencies in the harmonic fit (the window rule
+    #: carries it to the measuring part; re-reduction of a stored run asks the profile)
+    reject_mains = False
 
     def window_rule(self, s) -> WindowRule:
         """The frozen window rule of this profile under the point settings ``s``."""
-        return FixedWindows(s.averaging_periods, s.max_settle_windows, s.min_window_periods)
+        return FixedWindows(s.averaging_periods, s.max_settle_windows, s.min_window_periods,
+                            reject_mains=self.reject_mains)
 
     @abc.abstractmethod
     def new_carry(self, start_V: np.ndarray | None = None) -> C:

@@ -132,6 +132,7 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
     :meth:`posterior` (the carried posterior and the reported result)."""
 
     name = "hbtest"
+    reject_mains = True
     #: the residual noise a window aims at, as a fraction of the transient tolerance
     noise_fraction_of_tolerance = 1 / 3
     #: windows never exceed this multiple of ``averaging_periods``
@@ -249,7 +250,7 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
             max_window_factor=self.max_window_factor, settle_sigmas=self.settle_sigmas,
             max_decay_ratio=self.max_decay_ratio, far_snr=self.far_snr,
             far_ceiling=self.far_noise_ceiling * s.tolerance if multi else np.inf,
-            max_record_factor=self.max_record_factor)
+            max_record_factor=self.max_record_factor, reject_mains=self.reject_mains)
 
     def new_carry(self, start_V: np.ndarray | None = None) -> HbtestCarry:
         return HbtestCarry(start_V=start_V)

@@ -95,7 +95,8 @@ class PublishedProfile(SolverProfile[PublishedCarry]):
     # -- evaluation: their read loop -------------------------------------------------------
     def window_rule(self, s=None) -> Reads:
         """Their read loop as the measuring part's window rule (the settings do not enter)."""
-        return Reads(self.read_periods, self.min_reads, self.max_reads, self.settle_change_n)
+        return Reads(self.read_periods, self.min_reads, self.max_reads, self.settle_change_n,
+                     reject_mains=self.reject_mains)
 
     def new_carry(self, start_V: np.ndarray | None = None) -> PublishedCarry:
         return PublishedCarry(start_V=start_V)
