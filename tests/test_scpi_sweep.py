@@ -1,5 +1,5 @@
 """Whole sweeps through the ``scpi`` kind: the simulated 33500B + InfiniiVision
-(``python -m hbtest.rig.scpi.sim``, a separate process, the twin as the plant on the wall clock)
+(``hbtest serve --protocol scpi``, a separate process, the twin as the plant on the wall clock)
 over loopback sockets, driven by ``instruments/scpi-loopback.toml``. As tests/test_box_sweep.py
 does for the box: the reference sweep converges at every point and matches the exact emulated
 structure within 1 %; instruments killed mid-sweep fail the run cleanly (exit 3, store
@@ -32,8 +32,8 @@ LINE = re.compile(r"generator listening on 127\.0\.0\.1:(\d+), scope listening o
 
 
 def _serve(gen_port=0, scope_port=0):
-    p = subprocess.Popen([sys.executable, "-m", "hbtest.rig.scpi.sim", "--rig", str(TWIN), "--generator-port", str(gen_port),
-                          "--scope-port", str(scope_port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    p = subprocess.Popen([sys.executable, "-m", "hbtest.cli", "serve", "--protocol", "scpi", "--rig", str(TWIN),
+                          "--port", str(gen_port), "--scope-port", str(scope_port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     first = p.stdout.readline()
     m = LINE.search(first)
     if not m:

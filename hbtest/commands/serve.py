@@ -6,7 +6,12 @@ free port; scripts read the port from that line). Ctrl+C or SIGTERM: outputs ram
 sockets close, exit 0.
 
 ``--protocol helic`` serves the twin as a HELIC-DAQ protocol v3 device instead (docs/helic.md):
-control on TCP PORT (default 2350), the stream from UDP PORT+1 (hbtest.rig.helic.server)."""
+control on TCP PORT (default 2350), the stream from UDP PORT+1 (hbtest.rig.helic.server).
+
+``--protocol scpi`` serves the twin behind a simulated Keysight 33500B generator on PORT
+(default 5025) and an InfiniiVision scope on ``--scope-port`` (default PORT+1; with PORT 0 a
+free port too): hbtest.rig.scpi.sim, written from the instruments' manuals. Its first line is
+``generator listening on HOST:P, scope listening on HOST:Q``."""
 
 from __future__ import annotations
 
@@ -22,10 +27,13 @@ def register(sub) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a value of the rig file (repeatable)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--protocol", choices=("box", "helic"), default="box",
-                   help="box: the acquisition-box protocol (default); helic: HELIC-DAQ protocol v3 (docs/helic.md)")
+    p.add_argument("--protocol", choices=("box", "helic", "scpi"), default="box",
+                   help="box: the acquisition-box protocol (default); helic: HELIC-DAQ protocol v3 (docs/helic.md); "
+                        "scpi: a simulated Keysight 33500B generator and InfiniiVision scope")
     p.add_argument("--port", type=int, default=None,
                    help="TCP port (default 5025, helic 2350; 0 = a free port, printed on the first line)")
+    p.add_argument("--scope-port", type=int, default=None,
+                   help="scpi: the scope's TCP port (default: PORT+1, or a free port when PORT is 0)")
     p.add_argument("--seed", type=int, default=None, help="seed of the twin (default: the rig file's)")
     p.add_argument("--watchdog", type=float, default=None, metavar="S",
                    help="default watchdog time [s] (a host sets its own with OUTP:PROT:WDOG)")
@@ -69,6 +77,8 @@ def run(args) -> int:
     try:
         if args.protocol == "helic":
             return _serve_helic(args, cfg, stop)
+        if args.protocol == "scpi":
+            return _serve_scpi(args, cfg, stop)
         server = BoxServer(cfg, host=args.host, port=args.port, seed=args.seed, watchdog_s=watchdog, idle_s=idle, on_event=say)
         try:
             host, port = server.start()
@@ -113,4 +123,22 @@ def _serve_helic(args, cfg, stop) -> int:
             pass
     finally:
         server.stop()
+    return 0
+
+
+def _serve_scpi(args, cfg, stop) -> int:
+    from ..errors import UserError
+    from ..rig.scpi.sim import open_bench
+
+    scope_port = args.scope_port if args.scope_port is not None else (args.port + 1 if args.port else 0)
+    try:
+        bench = open_bench(cfg, args.seed, host=args.host, generator_port=args.port, scope_port=scope_port)
+    except OSError as e:
+        raise UserError(f"hbtest serve: cannot listen on {args.host}:{args.port}/{scope_port}: {e.strerror or e}") from None
+    with bench:
+        g, s = bench.generator_server, bench.scope_server
+        print(f"generator listening on {g.host}:{g.port}, scope listening on {s.host}:{s.port}"
+              f" (simulated 33500B + InfiniiVision; rig {cfg.identity!r}; Ctrl+C stops)", flush=True)
+        while not stop.wait(0.2):
+            pass
     return 0

@@ -3,7 +3,7 @@ Keysight 33500B generator (:mod:`.generator`) and an InfiniiVision scope (:mod:`
 from their manuals (each module cites the sections), served as LAN instruments serve SCPI on
 port 5025 (:mod:`.server`), sharing one plant on the wall clock (:mod:`.plant`).
 
-``python -m hbtest.rig.scpi.sim --rig instruments/virtual-cantilever.toml`` serves both on
+``hbtest serve --protocol scpi --rig instruments/virtual-cantilever.toml`` serves both on
 loopback and prints one line ``generator listening on 127.0.0.1:<port>, scope listening on
 127.0.0.1:<port>``; ``instruments/scpi-loopback.toml`` is the matching rig file of kind ``scpi``.
 """
