@@ -13,26 +13,19 @@ The full guard (paper on both profiles, bare beam, two harmonics, cubic interfac
 by arclength, contact tip, a force family, automatic harmonics) is the script itself, against
 the committed reference or ``--against REV``."""
 
-import importlib.util
-import json
+import os
+import subprocess
+import sys
 from pathlib import Path
-
-from threadpoolctl import threadpool_limits
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _guard():
-    spec = importlib.util.spec_from_file_location("store_identity", ROOT / "benchmarks" / "store_identity.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_tiny_paper_store_is_bit_identical_to_the_committed_reference(tmp_path):
-    guard = _guard()
-    with threadpool_limits(1):  # the reference's BLAS threading (numpy may load before conftest pins it)
-        ours = guard.build("tiny", tmp_path)
-    ref = json.loads(guard.REFERENCE.read_text())["tiny"]
-    differ = sorted(k for k in set(ours) | set(ref) if ours.get(k) != ref.get(k))
-    assert not differ, f"store entries differ from the reference: {differ}"
+def test_tiny_paper_store_is_bit_identical_to_the_committed_reference():
+    """Built in a fresh interpreter, as the reference was: in a process that has already run
+    other twin sweeps (the pytest session), the same seed has been seen to give other last
+    bits (an order dependence not yet explained; README, "Reproducibility")."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "store_identity.py"), "--cases", "tiny"],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert p.returncode == 0 and "store_identity=1/1" in p.stdout, p.stdout + p.stderr
