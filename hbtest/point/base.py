@@ -29,6 +29,10 @@ class SolverProfile(abc.ABC):
         residual R)``: by default the convergence norm of the change of R [m]."""
         return loop.norm(cur[1] - prev[1])
 
+    def read_gap_periods(self, frequency_hz: float) -> float:
+        """Periods the rig runs unread before each window (0: windows back to back)."""
+        return 0.0
+
     def initial_window(self, s) -> int:
         """Periods of the first averaging window."""
         return int(s.averaging_periods)

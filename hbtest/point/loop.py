@@ -416,7 +416,10 @@ class PointLoop:
         lengths = []
         least = prof.min_settle_windows
         most = max(least, prof.max_windows(self.s))
+        gap = prof.read_gap_periods(f)
         for windows in range(1, most + 1):
+            if gap > 0:
+                self.rig.wait(gap)
             tw = self.rig.elapsed_s
             meas, over, acq = self._measure(self.window)
             lengths.append((self.rig.elapsed_s - tw) * f)

@@ -84,8 +84,17 @@ class PublishedProfile(SolverProfile):
     read_periods = 10
     #: reads before the settling check starts
     min_reads = 30
-    #: settled when two consecutive reads differ by less than this [N]
-    settle_change_n = 0.001
+    #: settled when two consecutive reads differ by less than this [N]: l.932 says 0.001, the
+    #: runs used 1.3 mN (the settle traces saved with 9 of the 10 lab files that have one)
+    settle_change_n = 0.0013
+    #: each read comes ``time_step * waiting_time`` s after the last (``ImposeVoltage``, l.221:
+    #: 0.625 s, ten periods of the first frequency, in 9 of 13 lab files); the box's average
+    #: then covers the last ``read_periods`` whole periods (phase-aligned), so the rest of the
+    #: pause, rounded to whole periods, is not read
+    read_pause_s = 0.625
+    #: the residual's basis: forces at two transducers this far apart [m], ``f1 = T + M / l``,
+    #: ``f2 = -M / l`` (``T2N'``, l.596-620 and l.846; ``rot = (u1 - u2) / 111.6 mm``, l.608-609)
+    transducer_spacing_m = 0.1116
     #: bound of the read loop (not in theirs: their loop has no bound)
     max_reads = 100
     #: the inverse-Jacobian start gives a first step of this many volts
@@ -118,16 +127,27 @@ class PublishedProfile(SolverProfile):
     def max_windows(self, s) -> int:
         return int(self.max_reads)
 
+    def read_gap_periods(self, frequency_hz: float) -> float:
+        """Whole periods waited unread before each read: the pause minus the averaged periods."""
+        return float(max(0, round(self.read_pause_s * frequency_hz) - self.read_periods))
+
     def settle_distance(self, loop, num, prev, cur) -> float:
-        return float(np.linalg.norm(loop.force_residual(num, cur[0]) - loop.force_residual(num, prev[0])))
+        """``norm(D(:,end-1) - D(:,end))`` with ``D = R`` in the transducer basis (l.921, l.931)."""
+        return float(np.linalg.norm(self.transducer_forces(loop, loop.force_residual(num, cur[0]) - loop.force_residual(num, prev[0]))))
 
     def settled(self, d, prev_d, noise, transient_tol) -> bool:
         return d < self.settle_change_n
 
     # -- the iteration ---------------------------------------------------------------------
     def residual(self, loop: PointLoop, num: NumericalSide, e: Evaluation) -> np.ndarray:
-        """Their residual of an evaluation: the force form in N."""
-        return loop.force_residual(num, e.meas)
+        """Their residual of an evaluation: the force form in N, in the transducer basis."""
+        return self.transducer_forces(loop, loop.force_residual(num, e.meas))
+
+    def transducer_forces(self, loop: PointLoop, r: np.ndarray) -> np.ndarray:
+        """The packed force residual ``r`` (T rows, then M / rotation_length rows) as the
+        front/back transducer forces ``[T + M / l; -M / l]`` [N] (``T2N'``, l.846)."""
+        m = r[loop.p :] * (loop.s.rotation_length / self.transducer_spacing_m)
+        return np.concatenate([r[: loop.p] + m, -m])
 
     def initial_inverse_jacobian(self, R0: np.ndarray, n_voltages: int) -> np.ndarray:
         """``(first_step_v / |R0|) I``: the first step ``-H0 R0`` is ``first_step_v`` volts
@@ -162,7 +182,7 @@ class PublishedProfile(SolverProfile):
         e = None
         if carry.H is None and not carry.solutions and carry.start_V is None:
             X0 = np.zeros(loop.n_act * loop.p)
-            R0 = loop.force_residual(num, Measured(np.zeros_like(num.F_e), np.zeros_like(num.F_e)))
+            R0 = self.transducer_forces(loop, loop.force_residual(num, Measured(np.zeros_like(num.F_e), np.zeros_like(num.F_e))))
         else:
             X0 = loop.start_voltage(carry)
             e = loop.evaluate(num, X0, kind="start")
