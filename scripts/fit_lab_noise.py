@@ -4,7 +4,7 @@ Usage: ``python scripts/fit_lab_noise.py [--lab DIR] [--out tests/data/lab_noise
 (``DIR`` defaults to ``$HBTEST_LAB_DIR`` or ``../shared/lab`` next to the repository or its parent; it
 holds ``lab_records.npz``, decoded from the MIT-licensed release of A. Vizzaccaro et al.,
 github.com/av3116/Iterative-method-for-Real-Time-Hybrid-testing; licence in
-``tests/data/LICENSE-av3116-Iterative-method-for-RTHT.txt``). About 1 minute.
+``tests/data/LICENSE-av3116-Iterative-method-for-RTHT.txt``). A few minutes (one core).
 
 Per stream (one per lab point: 2 forcing periods at 10 kHz at the converged demand) and per
 channel, :func:`hbtest.rig.virtual.noisefit.line_fit` gives the mains lines (50..250 Hz,

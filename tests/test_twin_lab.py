@@ -127,3 +127,18 @@ def test_twin_matches_the_lab_statistics():
     rows = b.compare(FIT, amps, rms, reads)
     bad = [(n, lab, t) for n, lab, t, _ in rows if not 1 / 1.5 <= t / lab <= 1.5]
     assert not bad, bad
+
+
+def test_mains_frequency_wanders_by_the_drift_and_no_more():
+    """``drift_hz`` / ``drift_period_s``: the instantaneous mains frequency (from the engine's
+    mains phase) spans mains_hz +/- drift over two drift periods, sinusoidally."""
+    rc = load_rig(RIG, ["virtual.mains.drift_hz=0.1", "virtual.mains.drift_period_s=10"])
+    rig = VirtualRig(rc, seed=2)
+    fs = rig.fs
+    n = np.arange(int(20 * fs))
+    phi = rig._engine.mains_phase(n)
+    f_inst = np.diff(np.unwrap(phi)) * fs / (2 * np.pi)
+    f0 = rc.virtual.noise.mains_hz
+    assert f_inst.max() == pytest.approx(f0 + 0.1, abs=1e-4) and f_inst.min() == pytest.approx(f0 - 0.1, abs=1e-4)
+    spectrum = np.abs(np.fft.rfft(f_inst - f0))
+    assert np.argmax(spectrum) == round(f_inst.size / fs / 10)  # one cycle per 10 s
