@@ -51,7 +51,12 @@ FIXTURE = ROOT / "tests" / "data" / "lab_noise_fixture.json"
 RIG = ROOT / "instruments" / "virtual-cantilever.toml"
 PAPER = ROOT / "sweeps" / "paper-cantilever.toml"
 LINES = {50: 0, 150: 2, 250: 4}  # compared multiples -> index in the fitted table
-CHANNELS = (("in1", "front gauge", "mN", 1e3), ("in2", "back gauge", "mN", 1e3), ("in5", "front laser", "um", 1e3), ("in6", "back laser", "um", 1e3))
+CHANNELS = (
+    ("in1", "front gauge", "mN", 1e3),
+    ("in2", "back gauge", "mN", 1e3),
+    ("in5", "front laser", "um", 1e3),
+    ("in6", "back laser", "um", 1e3),
+)
 FREQS = (16.5, 17.5, 18.5)
 
 
@@ -122,7 +127,11 @@ def twin_reads(rig_path: Path, seed: int, reads: int, evaluations: int, frequenc
         for _ in range(evaluations):
             n_reads.append(loop.evaluate(num, V).windows)
     rig.close()
-    return {"sd": np.sqrt(np.mean(var, axis=0)), "change_median": float(np.median(changes)), "reads_mean": float(np.mean(n_reads))}
+    return {
+        "sd": np.sqrt(np.mean(var, axis=0)),
+        "change_median": float(np.median(changes)),
+        "reads_mean": float(np.mean(n_reads)),
+    }
 
 
 def compare(fit: dict, amps: np.ndarray, rms: np.ndarray, reads: dict) -> list[tuple[str, float, float, str]]:
@@ -133,16 +142,39 @@ def compare(fit: dict, amps: np.ndarray, rms: np.ndarray, reads: dict) -> list[t
         ch = lab["channels"][key]
         if key in ("in1", "in2"):  # lines: the gauges only (the lasers' are at the noise level)
             for hz, i in LINES.items():
-                rows.append((f"{label} mains {hz} Hz", ch["mains_amplitude_median"][i] * k, float(np.median(amps[:, j, i])) * k, unit))
-        rows.append((f"{label} broadband rms (10 kHz)", ch["broadband_rms_median"] * k, float(np.median(rms[:, j])) * k, unit))
+                rows.append(
+                    (
+                        f"{label} mains {hz} Hz",
+                        ch["mains_amplitude_median"][i] * k,
+                        float(np.median(amps[:, j, i])) * k,
+                        unit,
+                    )
+                )
+        rows.append(
+            (f"{label} broadband rms (10 kHz)", ch["broadband_rms_median"] * k, float(np.median(rms[:, j])) * k, unit)
+        )
     rn = lab["read_noise"]
     s_lab = np.asarray(rn["per_component_mN"])[[1, 0, 3, 2]]  # lab [sin, cos] -> twin [cos, sin] order
     names = ("front cos", "front sin", "back cos", "back sin")
     for i, n in enumerate(names):
         if i < 2:  # the back components (0.05-0.08 mN) are below what the lab data resolve
             rows.append((f"read scatter {n}", float(s_lab[i]), float(reads["sd"][i] * 1e3), "mN"))
-    rows.append(("read scatter rms over components (fig50)", rn["fig50_rms_mN"]["mle_mN"], float(np.sqrt(np.mean(reads["sd"] ** 2))) * 1e3, "mN"))
-    rows.append(("consecutive-read change median", rn["settle_rule_1.3mN"]["change_median_mN"], reads["change_median"] * 1e3, "mN"))
+    rows.append(
+        (
+            "read scatter rms over components (fig50)",
+            rn["fig50_rms_mN"]["mle_mN"],
+            float(np.sqrt(np.mean(reads["sd"] ** 2))) * 1e3,
+            "mN",
+        )
+    )
+    rows.append(
+        (
+            "consecutive-read change median",
+            rn["settle_rule_1.3mN"]["change_median_mN"],
+            reads["change_median"] * 1e3,
+            "mN",
+        )
+    )
     rows.append(("reads per evaluation", rn["settle_rule_1.3mN"]["reads_mean"], reads["reads_mean"], ""))
     return rows
 

@@ -134,8 +134,10 @@ def summarise(d, pts, lines, rms, fm, corr):
             "phase_deg": [circ(ratio[:, j])[0] for j in range(len(MULTIPLES))],
             "resultant": [circ(ratio[:, j])[1] for j in range(len(MULTIPLES))],
         }
-    out["broadband_correlation"] = {k: {"median": float(np.median(v)), "p10": float(np.percentile(v, 10)), "p90": float(np.percentile(v, 90))}
-                                    for k, v in corr.items()}
+    out["broadband_correlation"] = {
+        k: {"median": float(np.median(v)), "p10": float(np.percentile(v, 10)), "p90": float(np.percentile(v, 90))}
+        for k, v in corr.items()
+    }
     dev = fm - np.median(fm)
     steps = []
     for f in np.unique(d["file"][pts]):
@@ -144,7 +146,8 @@ def summarise(d, pts, lines, rms, fm, corr):
     out["mains_frequency"] = {
         "median_hz": float(np.median(fm)),
         "spread_hz": float(1.4826 * np.median(np.abs(dev))),
-        "p10_hz": float(np.percentile(fm, 10)), "p90_hz": float(np.percentile(fm, 90)),
+        "p10_hz": float(np.percentile(fm, 10)),
+        "p90_hz": float(np.percentile(fm, 90)),
         "consecutive_point_change_hz": float(1.4826 * np.median(np.abs(steps)) / np.sqrt(2)),
         "note": "front gauge (in1), 50/150/250 Hz lines; time base = the box's nominal 10 kHz",
     }
@@ -166,7 +169,9 @@ def twin_values(summary, rig_path=RIG):
     lines = []  # per multiple: (eps1, eps2) complex phasors [strain], front line at phase 0
     for j in range(len(MULTIPLES)):
         front = ch["in1"]["mains_amplitude_median"][j] * np.exp(1j * np.radians(ch["in1"]["harmonic_phase_deg"][j]))
-        back = ch["in2"]["mains_amplitude_median"][j] * np.exp(1j * np.radians(ch["in1"]["harmonic_phase_deg"][j] + rel["phase_deg"][j]))
+        back = ch["in2"]["mains_amplitude_median"][j] * np.exp(
+            1j * np.radians(ch["in1"]["harmonic_phase_deg"][j] + rel["phase_deg"][j])
+        )
         lines.append(B @ np.array([front, back]))
     lines = np.array(lines).T  # (2 gauges, multiples)
     amp = np.abs(lines)
@@ -207,8 +212,17 @@ def fixture(d, pts, lines, rms, fm):
     streams = []
     for i, p in zip(rows_pick, pts[rows_pick]):
         y, phi, _ = stream(d, p)
-        streams.append({"row": int(i), "point": int(p), "file": str(d["file"][p]), "index": int(d["point_index"][p]), "frequency_hz": float(d["frequency"][p]),
-                        "phi": [float(x) for x in phi], "y": [[float(v) for v in y[r]] for r in rows]})
+        streams.append(
+            {
+                "row": int(i),
+                "point": int(p),
+                "file": str(d["file"][p]),
+                "index": int(d["point_index"][p]),
+                "frequency_hz": float(d["frequency"][p]),
+                "phi": [float(x) for x in phi],
+                "y": [[float(v) for v in y[r]] for r in rows],
+            }
+        )
     return {
         "channels": ["in1", "in2", "in5", "in6"],
         "frequency_hz": [float(x) for x in d["frequency"][pts]],
@@ -248,11 +262,16 @@ def read_noise(lab_dir: Path) -> dict:
         return {}
     rn = json.loads(src.read_text())["read_noise"]
     s = rn["fig50_calibrated_per_component"]["per_component_mN"]
-    out = {"per_component_mN": s, "rms_mN": float(np.sqrt(np.mean(np.square(s)))),
-           "fig50_rms_mN": rn["fig50_equal_components"]["fits"]["excl_NarrowPlastic_MediumForcing_3"]["exact_shared_reads"],
-           "stream_model_n10_mN": rn["stream_model"]["per_component_mN"]["n=10"],
-           "components": ["front sin", "front cos", "back sin", "back cos"],
-           "source": "noise_summary.json read_noise.fig50_calibrated_per_component (lab README, 'One settle read')"}
+    out = {
+        "per_component_mN": s,
+        "rms_mN": float(np.sqrt(np.mean(np.square(s)))),
+        "fig50_rms_mN": rn["fig50_equal_components"]["fits"]["excl_NarrowPlastic_MediumForcing_3"][
+            "exact_shared_reads"
+        ],
+        "stream_model_n10_mN": rn["stream_model"]["per_component_mN"]["n=10"],
+        "components": ["front sin", "front cos", "back sin", "back cos"],
+        "source": "noise_summary.json read_noise.fig50_calibrated_per_component (lab README, 'One settle read')",
+    }
     out["settle_rule_1.3mN"] = settle_model(s)
     return out
 
@@ -284,8 +303,8 @@ def main(argv=None):
     doc = {
         "provenance": {
             "source": "lab_records.npz (decoded from github.com/av3116/Iterative-method-for-Real-Time-Hybrid-testing, "
-                      "PaperFiguresAndResults/*.mat; MIT licence, Copyright (c) 2023 Alessandra Vizzaccaro: "
-                      "tests/data/LICENSE-av3116-Iterative-method-for-RTHT.txt)",
+            "PaperFiguresAndResults/*.mat; MIT licence, Copyright (c) 2023 Alessandra Vizzaccaro: "
+            "tests/data/LICENSE-av3116-Iterative-method-for-RTHT.txt)",
             "script": "scripts/fit_lab_noise.py",
             "method": "per-stream least squares (DC, 8 forcing orders, mains multiples 1..5 of 50 Hz); medians over points",
         },

@@ -93,8 +93,16 @@ def test_reference_rig_file_holds_the_fitted_values():
 def test_fixed_pickup_has_the_configured_lines_and_phases():
     """Drift off: the 50 and 150 Hz lines of g1 and g2 by FFT over whole mains periods equal
     the file's amplitude x harmonic x gain, with the configured phase difference."""
-    rc = load_rig(RIG, ["virtual.mains.drift_hz=0", "virtual.mains.frequency_hz=50", "virtual.noise.laser_rms_um=0",
-                        "virtual.noise.gauge_rms_microstrain=0", "virtual.adc.bits=0"])
+    rc = load_rig(
+        RIG,
+        [
+            "virtual.mains.drift_hz=0",
+            "virtual.mains.frequency_hz=50",
+            "virtual.noise.laser_rms_um=0",
+            "virtual.noise.gauge_rms_microstrain=0",
+            "virtual.adc.bits=0",
+        ],
+    )
     rig = VirtualRig(rc, seed=3)
     rig.set_demand(20.0, np.zeros((2, 1)), [1], ramp_periods=0)
     acq = rig.acquire(40)  # 2 s: 100 mains periods
@@ -103,16 +111,23 @@ def test_fixed_pickup_has_the_configured_lines_and_phases():
     for h in (1, 3):
         k = round(50 * h * acq.t.size / rig.fs)
         for j, g in enumerate(("g1", "g2")):
-            assert abs(X[g][k]) == pytest.approx(nz.mains_amplitude * nz.mains_harmonics[h - 1] * nz.mains_gain[j][h - 1], rel=1e-6)
+            assert abs(X[g][k]) == pytest.approx(
+                nz.mains_amplitude * nz.mains_harmonics[h - 1] * nz.mains_gain[j][h - 1], rel=1e-6
+            )
         dphi = np.angle(X["g2"][k] / X["g1"][k])
-        assert np.angle(np.exp(1j * (dphi - (nz.mains_phase[1][h - 1] - nz.mains_phase[0][h - 1])))) == pytest.approx(0.0, abs=1e-6)
+        assert np.angle(np.exp(1j * (dphi - (nz.mains_phase[1][h - 1] - nz.mains_phase[0][h - 1])))) == pytest.approx(
+            0.0, abs=1e-6
+        )
 
 
-@pytest.mark.parametrize("override, key", [
-    ("virtual.mains.gauge_gain=[[1.0, 1.0, 1.0, 1.0, 1.0]]", "virtual.mains.gauge_gain"),
-    ("virtual.noise.gauge_mix=[[1.0, 0.0]]", "virtual.noise.gauge_mix"),
-    ("virtual.mains.drift_hz=-1", "virtual.mains.drift_hz"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("virtual.mains.gauge_gain=[[1.0, 1.0, 1.0, 1.0, 1.0]]", "virtual.mains.gauge_gain"),
+        ("virtual.noise.gauge_mix=[[1.0, 0.0]]", "virtual.noise.gauge_mix"),
+        ("virtual.mains.drift_hz=-1", "virtual.mains.drift_hz"),
+    ],
+)
 def test_bad_noise_keys_name_the_key(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_rig(RIG, [override])

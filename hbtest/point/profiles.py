@@ -133,7 +133,8 @@ class PublishedProfile(SolverProfile):
 
     def settle_distance(self, loop, num, prev, cur) -> float:
         """``norm(D(:,end-1) - D(:,end))`` with ``D = R`` in the transducer basis (l.921, l.931)."""
-        return float(np.linalg.norm(self.transducer_forces(loop, loop.force_residual(num, cur[0]) - loop.force_residual(num, prev[0]))))
+        change = loop.force_residual(num, cur[0]) - loop.force_residual(num, prev[0])
+        return float(np.linalg.norm(self.transducer_forces(loop, change)))
 
     def settled(self, d, prev_d, noise, transient_tol) -> bool:
         return d < self.settle_change_n
@@ -182,7 +183,8 @@ class PublishedProfile(SolverProfile):
         e = None
         if carry.H is None and not carry.solutions and carry.start_V is None:
             X0 = np.zeros(loop.n_act * loop.p)
-            R0 = self.transducer_forces(loop, loop.force_residual(num, Measured(np.zeros_like(num.F_e), np.zeros_like(num.F_e))))
+            zero = Measured(np.zeros_like(num.F_e), np.zeros_like(num.F_e))
+            R0 = self.transducer_forces(loop, loop.force_residual(num, zero))
         else:
             X0 = loop.start_voltage(carry)
             e = loop.evaluate(num, X0, kind="start")

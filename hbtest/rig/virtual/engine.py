@@ -82,8 +82,8 @@ class Engine:
         nz = self.spec.noise
         # the mains-frequency wander's starting phase (drawn only when it wanders)
         self._drift_phase = float(self._rng.uniform(0.0, 2 * np.pi)) if nz.mains_drift_hz > 0 else 0.0
-        self._mixes = [(rows, np.asarray(mix, float)) for rows, mix in ((model.laser_rows, nz.laser_mix), (model.gauge_rows, nz.gauge_mix))
-                       if mix is not None and rows.size]
+        pairs = ((model.laser_rows, nz.laser_mix), (model.gauge_rows, nz.gauge_mix))
+        self._mixes = [(rows, np.asarray(mix, float)) for rows, mix in pairs if mix is not None and rows.size]
         self._scale = model.scale
         self._offset = model.offset
         self._z = np.zeros(model.lam.size, complex)
@@ -369,10 +369,11 @@ class Engine:
         ``drift sin(2 pi t / period + psi)``, plus a random offset."""
         nz = self.spec.noise
         t = self.dt * np.asarray(n, dtype=float)
-        phi = (2 * np.pi * nz.mains_hz * self.dt * n) % (2 * np.pi) + self._mains_phase.flat[0] if self._mains_phase.size else 0.0
+        offset = self._mains_phase.flat[0] if self._mains_phase.size else 0.0
+        phi = (2 * np.pi * nz.mains_hz * self.dt * n) % (2 * np.pi) + offset
         if nz.mains_drift_hz > 0:
-            T = nz.mains_drift_period_s
-            phi = phi + nz.mains_drift_hz * T * (np.cos(self._drift_phase) - np.cos(2 * np.pi * t / T + self._drift_phase))
+            T, psi = nz.mains_drift_period_s, self._drift_phase
+            phi = phi + nz.mains_drift_hz * T * (np.cos(psi) - np.cos(2 * np.pi * t / T + psi))
         return phi
 
     def _mains_lines(self, gain) -> np.ndarray:
@@ -386,7 +387,8 @@ class Engine:
             lines = np.asarray(nz.mains_gain) * np.exp(1j * np.asarray(nz.mains_phase))
             return gain[:, None] * nz.mains_amplitude * rel[None, :] * lines
         h = np.arange(1, rel.size + 1)
-        g = np.array([[complex(filter_response(self._m.channel_filters[r], 2j * np.pi * k * nz.mains_hz)) for k in h] for r in rows])
+        filters = [self._m.channel_filters[r] for r in rows]
+        g = np.array([[complex(filter_response(c, 2j * np.pi * k * nz.mains_hz)) for k in h] for c in filters])
         return gain[:, None] * nz.mains_amplitude * rel[None, :] * g * np.exp(1j * self._mains_phase)
 
     def _mains(self, n0: int, N: int, gain) -> np.ndarray:

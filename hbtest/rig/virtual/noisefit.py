@@ -23,13 +23,22 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["LAB_TRANSDUCER_SPACING_M", "gauge_strain_map", "line_fit", "lines_to_front_back", "mains_frequency", "transducer_forces"]
+__all__ = [
+    "LAB_TRANSDUCER_SPACING_M",
+    "gauge_strain_map",
+    "line_fit",
+    "lines_to_front_back",
+    "mains_frequency",
+    "transducer_forces",
+]
 
 #: spacing of the lab's two force transducers (BroydenMethod.m l.608-609: rot = (u1 - u2) / 111.6 mm)
 LAB_TRANSDUCER_SPACING_M = 0.1116
 
 
-def line_fit(y: np.ndarray, phi: np.ndarray, t: np.ndarray, mains_hz: float = 50.0, multiples=(1, 2, 3, 4, 5), orders: int = 8):
+def line_fit(
+    y: np.ndarray, phi: np.ndarray, t: np.ndarray, mains_hz: float = 50.0, multiples=(1, 2, 3, 4, 5), orders: int = 8
+):
     """Least-squares lines of the streams ``y`` (n_ch, N): returns ``(lines, rms)`` with
     ``lines`` (n_ch, n_multiples) complex mains phasors and ``rms`` (n_ch,) the residual rms."""
     y = np.atleast_2d(np.asarray(y, dtype=float))
@@ -50,8 +59,15 @@ def line_fit(y: np.ndarray, phi: np.ndarray, t: np.ndarray, mains_hz: float = 50
     return c - 1j * s, rms
 
 
-def mains_frequency(y: np.ndarray, phi: np.ndarray, t: np.ndarray, multiples=(1, 3, 5), lo: float = 49.8, hi: float = 50.2,
-                    step: float = 0.002) -> float:
+def mains_frequency(
+    y: np.ndarray,
+    phi: np.ndarray,
+    t: np.ndarray,
+    multiples=(1, 3, 5),
+    lo: float = 49.8,
+    hi: float = 50.2,
+    step: float = 0.002,
+) -> float:
     """The mains frequency [Hz] that minimises the residual of :func:`line_fit` on ``y`` (N,)
     (grid search plus a parabolic refinement)."""
     grid = np.arange(lo, hi + step / 2, step)
@@ -80,6 +96,8 @@ def gauge_strain_map(positions, calibration: float, spacing: float = LAB_TRANSDU
     return np.linalg.inv(F @ A)
 
 
-def lines_to_front_back(eps: np.ndarray, positions, calibration: float, spacing: float = LAB_TRANSDUCER_SPACING_M) -> np.ndarray:
+def lines_to_front_back(
+    eps: np.ndarray, positions, calibration: float, spacing: float = LAB_TRANSDUCER_SPACING_M
+) -> np.ndarray:
     """Gauge signals or phasors ``eps`` (2, ...) [strain] -> (front, back) forces (2, ...) [N]."""
     return np.tensordot(np.linalg.inv(gauge_strain_map(positions, calibration, spacing)), np.asarray(eps), axes=1)

@@ -325,7 +325,8 @@ def _matrix(sec: Section, key: str, rows: int, cols: int, what: str, scale: floa
         raise sec.error(key, f"must be {rows} arrays ({what}) of {cols} numbers each, got {v!r}")
     out = []
     for r in v:
-        if any(isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or (nonnegative and x < 0) for x in r):
+        bad = [x for x in r if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x)]
+        if bad or (nonnegative and any(x < 0 for x in r)):
             raise sec.error(key, f"entries must be finite{' non-negative' if nonnegative else ''} numbers, got {r!r}")
         out.append(tuple(float(x) * scale for x in r))
     return tuple(out)
@@ -350,9 +351,11 @@ def _noise(sec: Section, simulated, fs: float) -> NoiseSpec:
     if mains_hz * len(mains_h) >= fs / 2:
         raise mn.error("harmonics", f"mains multiple {len(mains_h)} x {mains_hz:g} Hz lies above the Nyquist frequency {fs / 2:g} Hz")
     gain = _matrix(mn, "gauge_gain", n_g, len(mains_h), "one per gauge, one entry per multiple", nonnegative=True)
-    phase = _matrix(mn, "gauge_phase_deg", n_g, len(mains_h), "one per gauge, one entry per multiple", scale=math.pi / 180)
+    what = "one per gauge, one entry per multiple"
+    phase = _matrix(mn, "gauge_phase_deg", n_g, len(mains_h), what, scale=math.pi / 180)
     if (gain is None) != (phase is None):
-        raise mn.error("gauge_phase_deg" if phase is None else "gauge_gain", "gauge_gain and gauge_phase_deg go together (fixed pickup per gauge)")
+        key = "gauge_phase_deg" if phase is None else "gauge_gain"
+        raise mn.error(key, "gauge_gain and gauge_phase_deg go together (fixed pickup per gauge)")
     drift = mn.number("drift_hz", 0.0, nonnegative=True, max=5.0)
     if drift >= mains_hz:
         raise mn.error("drift_hz", f"must be below frequency_hz ({mains_hz:g} Hz)")
@@ -364,7 +367,8 @@ def _noise(sec: Section, simulated, fs: float) -> NoiseSpec:
         raise adc.error("bits", f"must be 0 (ideal) or 8..32, got {bits}")
     rng_v = adc.number("range_v", 10.0, positive=True, max=1000)
     adc.finish()
-    return NoiseSpec(laser_rms, gauge_rms, mains_hz, mains_amp, tuple(mains_h), bits, rng_v, laser_mix, gauge_mix, gain, phase, drift, period)
+    return NoiseSpec(laser_rms, gauge_rms, mains_hz, mains_amp, tuple(mains_h), bits, rng_v,
+                     laser_mix, gauge_mix, gain, phase, drift, period)
 
 
 #: keys of a channel's table in ``[virtual.true_sensors]`` -> (ChannelSpec field, file scale)
