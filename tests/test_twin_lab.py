@@ -123,7 +123,7 @@ def test_fixed_pickup_has_the_configured_lines_and_phases():
 @pytest.mark.parametrize(
     "override, key",
     [
-        ("virtual.mains.gauge_gain=[[1.0, 1.0, 1.0, 1.0, 1.0]]", "virtual.mains.gauge_gain"),
+        ("virtual.mains.gauge_gain=[[1.0, 1.0], [1.0, 1.0]]", "virtual.mains.gauge_gain"),
         ("virtual.noise.gauge_mix=[[1.0, 0.0]]", "virtual.noise.gauge_mix"),
         ("virtual.mains.drift_hz=-1", "virtual.mains.drift_hz"),
     ],

@@ -321,7 +321,11 @@ def _matrix(sec: Section, key: str, rows: int, cols: int, what: str, scale: floa
     if not sec.has(key):
         return None
     v = sec.value(key)
-    if not isinstance(v, list) or len(v) != rows or any(not isinstance(r, list) or len(r) != cols for r in v):
+    square = rows == cols
+    # a layout with more channels than the table lists: the first ones (the rest: see _pad)
+    n = len(v) if isinstance(v, list) and 0 < len(v) <= rows else rows
+    width = n if square else cols
+    if not isinstance(v, list) or len(v) != n or any(not isinstance(r, list) or len(r) != width for r in v):
         raise sec.error(key, f"must be {rows} arrays ({what}) of {cols} numbers each, got {v!r}")
     out = []
     for r in v:
@@ -329,7 +333,18 @@ def _matrix(sec: Section, key: str, rows: int, cols: int, what: str, scale: floa
         if bad or (nonnegative and any(x < 0 for x in r)):
             raise sec.error(key, f"entries must be finite{' non-negative' if nonnegative else ''} numbers, got {r!r}")
         out.append(tuple(float(x) * scale for x in r))
-    return tuple(out)
+    return _pad(tuple(out), rows, cols, square)
+
+
+def _pad(m: tuple, rows: int, cols: int, square: bool) -> tuple:
+    """Rows (and, square, columns) beyond those given: identity for a mix (independent unit
+    noise), zero for a per-multiple table (no fixed pickup on those gauges)."""
+    n = len(m)
+    if n == rows:
+        return m
+    if square:
+        return tuple(tuple(m[i][j] if i < n and j < n else float(i == j) for j in range(cols)) for i in range(rows))
+    return m + tuple((0.0,) * cols for _ in range(rows - n))
 
 
 def _noise(sec: Section, simulated, fs: float) -> NoiseSpec:
