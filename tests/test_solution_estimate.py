@@ -180,8 +180,11 @@ def test_stated_uncertainty_covers_the_error_off_resonance():
     (chi with 36 samples: 0.75-1.3 holds with margin when the statement is right), for the
     acceptance's uncertainty and for the stored one."""
     z, zj = [], []
+    # the harsh-mains twin, where every one of these points converges (on the lab-calibrated
+    # twin, 3x noisier in the gauges' broadband, the hbtest profile leaves some unconverged)
+    harsh = "rig=../instruments/virtual-cantilever-harsh-mains.toml"
     for seed in range(1, 13):
-        cfg, rig, ns, F, loop = _loop(BARE, ["sweep.start_hz=17.0", "sweep.stop_hz=17.3", "sweep.points=4"], seed=seed)
+        cfg, rig, ns, F, loop = _loop(BARE, ["sweep.start_hz=17.0", "sweep.stop_hz=17.3", "sweep.points=4", harsh], seed=seed)
         carry = HbtestCarry()
         w = np.array([1.0, cfg.test.rotation_length])
         for i, f in enumerate(cfg.sweep.frequencies_hz):

@@ -431,7 +431,10 @@ class PointLoop:
         lengths = []
         least = rule.min_windows
         most = max(least, rule.max_windows())
+        gap = rule.gap_periods(f)
         for windows in range(1, most + 1):
+            if gap > 0:
+                self.rig.wait(gap)
             tw = self.rig.elapsed_s
             meas, over, acq = self._measure(self.window)
             lengths.append((self.rig.elapsed_s - tw) * f)
@@ -454,7 +457,8 @@ class PointLoop:
         residual R)``: the convergence norm of the change of R [m], or with the rule's
         ``settle_on_force`` the 2-norm of the change of the force-form residual [N]."""
         if self.rule.settle_on_force:
-            return float(np.linalg.norm(self.force_residual(num, cur[0]) - self.force_residual(num, prev[0])))
+            change = self.force_residual(num, cur[0]) - self.force_residual(num, prev[0])
+            return float(np.linalg.norm(self.rule.settle_basis(change, self.p, self.s.rotation_length)))
         return self.norm(cur[1] - prev[1])
 
     def packed_output_variance(self, num: NumericalSide, meas) -> np.ndarray:

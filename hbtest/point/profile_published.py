@@ -17,7 +17,7 @@ from .. import solver
 from .base import Carried, PointResult, SolverProfile, register_profile
 from .loop import Evaluation, Measured, PointLoop
 from .numerical import NumericalSide
-from .windows import Reads
+from .windows import Reads, transducer_forces
 
 __all__ = ["PublishedProfile", "PublishedCarry"]
 
@@ -70,8 +70,17 @@ class PublishedProfile(SolverProfile[PublishedCarry]):
     read_periods = 10
     #: reads before the settling check starts
     min_reads = 30
-    #: settled when two consecutive reads differ by less than this [N]
-    settle_change_n = 0.001
+    #: settled when two consecutive reads differ by less than this [N]: l.932 says 0.001, the
+    #: runs used 1.3 mN (the settle traces saved with 9 of the 10 lab files that have one)
+    settle_change_n = 0.0013
+    #: each read comes ``time_step * waiting_time`` s after the last (``ImposeVoltage``, l.221:
+    #: 0.625 s, ten periods of the first frequency, in 9 of 13 lab files); the box's average
+    #: then covers the last ``read_periods`` whole periods, so the rest of the pause, rounded
+    #: to whole periods, is not read
+    read_pause_s = 0.625
+    #: the residual's basis: forces at two transducers this far apart [m], ``f1 = T + M / l``,
+    #: ``f2 = -M / l`` (``T2N'``, l.596-620 and l.846; ``rot = (u1 - u2) / 111.6 mm``, l.608-609)
+    transducer_spacing_m = 0.1116
     #: bound of the read loop (not in theirs: their loop has no bound)
     max_reads = 100
     #: the inverse-Jacobian start gives a first step of this many volts
@@ -96,15 +105,21 @@ class PublishedProfile(SolverProfile[PublishedCarry]):
     def window_rule(self, s=None) -> Reads:
         """Their read loop as the measuring part's window rule (the settings do not enter)."""
         return Reads(self.read_periods, self.min_reads, self.max_reads, self.settle_change_n,
-                     reject_mains=self.reject_mains)
+                     reject_mains=self.reject_mains, read_pause_s=self.read_pause_s,
+                     transducer_spacing_m=self.transducer_spacing_m)
 
     def new_carry(self, start_V: np.ndarray | None = None) -> PublishedCarry:
         return PublishedCarry(start_V=start_V)
 
     # -- the iteration ---------------------------------------------------------------------
     def residual(self, loop: PointLoop, num: NumericalSide, e: Evaluation) -> np.ndarray:
-        """Their residual of an evaluation: the force form in N."""
-        return loop.force_residual(num, e.meas)
+        """Their residual of an evaluation: the force form in N, in the transducer basis."""
+        return self.transducer_forces(loop, loop.force_residual(num, e.meas))
+
+    def transducer_forces(self, loop: PointLoop, r: np.ndarray) -> np.ndarray:
+        """The packed force residual ``r`` as the front/back transducer forces [N]
+        (:func:`~hbtest.point.windows.transducer_forces`)."""
+        return transducer_forces(r, loop.p, loop.s.rotation_length, self.transducer_spacing_m)
 
     def initial_inverse_jacobian(self, R0: np.ndarray, n_voltages: int) -> np.ndarray:
         """``(first_step_v / |R0|) I``: the first step ``-H0 R0`` is ``first_step_v`` volts
@@ -138,7 +153,8 @@ class PublishedProfile(SolverProfile[PublishedCarry]):
         -F_e`` unmeasured (``e`` None); later points measure the previous solution once."""
         if carry.H is None and not carry.solutions and carry.start_V is None:
             X0 = np.zeros(loop.n_act * loop.p)
-            R0 = loop.force_residual(num, Measured(np.zeros_like(num.F_e), np.zeros_like(num.F_e)))
+            zero = Measured(np.zeros_like(num.F_e), np.zeros_like(num.F_e))
+            R0 = self.transducer_forces(loop, loop.force_residual(num, zero))
             return X0, R0, None
         e = loop.evaluate(num, loop.start_voltage(carry), kind="start")
         history.append(e)

@@ -54,9 +54,35 @@ class WindowRule(Protocol):
 
     def settled(self, d: float, prev_d: float | None, noise: float, transient_tol: float) -> bool: ...
 
+    def gap_periods(self, frequency_hz: float) -> float:
+        """Periods the rig runs unread before each window (0: windows back to back)."""
+
+    def settle_basis(self, change: np.ndarray, p: int, rotation_length: float) -> np.ndarray:
+        """The packed force-residual change (T rows, then M / ``rotation_length`` rows, ``p``
+        of each) in the basis whose 2-norm ``settle_on_force`` judges."""
+
+
+def transducer_forces(r: np.ndarray, p: int, rotation_length: float, spacing_m: float) -> np.ndarray:
+    """The packed force residual ``r`` (``p`` rows of T [N], then ``p`` of M / ``rotation_length``
+    [N]) as the forces at two transducers ``spacing_m`` apart, front ``T + M / l`` then back
+    ``-M / l`` [N] (the authors' ``T2N'``, ``BroydenMethod.m`` l.846; ``rot = (u1 - u2) / l``,
+    l.608-609; docs/method.md)."""
+    m = r[p:] * (rotation_length / spacing_m)
+    return np.concatenate([r[:p] + m, -m])
+
+
+class _BackToBack:
+    """Windows read back to back, settling judged in the residual's own basis."""
+
+    def gap_periods(self, frequency_hz: float) -> float:
+        return 0.0
+
+    def settle_basis(self, change: np.ndarray, p: int, rotation_length: float) -> np.ndarray:
+        return change
+
 
 @dataclass(frozen=True)
-class FixedWindows:
+class FixedWindows(_BackToBack):
     """The plain rule: windows of ``averaging_periods``, at least ``min_windows`` and at most
     ``most`` of them, settled when the residual changes by less than the transient tolerance
     between two windows; no transient fit, no mains rejection."""
@@ -101,6 +127,20 @@ class Reads:
     reject_mains: bool = False
     fit_transient: bool = False
     settle_on_force: bool = True
+    #: each read starts this long after the last [s]; the rest of the pause beyond the read,
+    #: in whole periods, runs unread (0: reads back to back)
+    read_pause_s: float = 0.0
+    #: judge settling on the forces at two transducers this far apart [m] (None: on T, M / l)
+    transducer_spacing_m: float | None = None
+
+    def gap_periods(self, frequency_hz: float) -> float:
+        """Whole periods waited unread before each read: the pause minus the averaged periods."""
+        return float(max(0, round(self.read_pause_s * frequency_hz) - self.read_periods))
+
+    def settle_basis(self, change: np.ndarray, p: int, rotation_length: float) -> np.ndarray:
+        if self.transducer_spacing_m is None:
+            return change
+        return transducer_forces(change, p, rotation_length, self.transducer_spacing_m)
 
     def initial_window(self) -> int:
         return int(self.read_periods)
@@ -122,7 +162,7 @@ class Reads:
 
 
 @dataclass(frozen=True)
-class NoiseSized:
+class NoiseSized(_BackToBack):
     """The hbtest profile's window rule: windows sized so the residual noise is
     ``noise_fraction`` of the transient tolerance (within ``min_window_periods`` and
     ``max_window_factor`` x ``averaging_periods``), settled when the change is within the

@@ -79,6 +79,11 @@ class Engine:
         nh = len(self.spec.noise.mains_harmonics)
         self._nc = model.scale.size
         self._mains_phase = self._rng.uniform(0.0, 2 * np.pi, size=(model.gauge_rows.size, nh))
+        nz = self.spec.noise
+        # the mains-frequency wander's starting phase (drawn only when it wanders)
+        self._drift_phase = float(self._rng.uniform(0.0, 2 * np.pi)) if nz.mains_drift_hz > 0 else 0.0
+        pairs = ((model.laser_rows, nz.laser_mix), (model.gauge_rows, nz.gauge_mix))
+        self._mixes = [(rows, np.asarray(mix, float)) for rows, mix in pairs if mix is not None and rows.size]
         self._scale = model.scale
         self._offset = model.offset
         self._z = np.zeros(model.lam.size, complex)
@@ -347,6 +352,8 @@ class Engine:
             rms[g] = nz.gauge_rms
             sig = rms / (self._scale * q)
             noise = GAUSS_TABLE.take(self._rng.integers(0, GAUSS_TABLE.size, size=(self._nc, N), dtype=np.uint16))
+            for rows, mix in self._mixes:  # correlated white noise: rms * mix @ unit deviates
+                noise[rows] = mix @ noise[rows]
             noise *= sig[:, None]
             y += noise
         if self.noise and nz.adc_bits > 0:
@@ -356,29 +363,54 @@ class Engine:
             y *= q
         return y
 
+    def mains_phase(self, n: np.ndarray) -> np.ndarray:
+        """The mains phase ``Phi`` [rad] at the samples ``n`` of the rig clock (fundamental;
+        multiple h has ``h Phi``): ``2 pi mains_hz t`` plus the integral of the wander
+        ``drift sin(2 pi t / period + psi)``, plus a random offset."""
+        nz = self.spec.noise
+        t = self.dt * np.asarray(n, dtype=float)
+        offset = self._mains_phase.flat[0] if self._mains_phase.size else 0.0
+        phi = (2 * np.pi * nz.mains_hz * self.dt * n) % (2 * np.pi) + offset
+        if nz.mains_drift_hz > 0:
+            T, psi = nz.mains_drift_period_s, self._drift_phase
+            phi = phi + nz.mains_drift_hz * T * (np.cos(psi) - np.cos(2 * np.pi * t / T + psi))
+        return phi
+
+    def _mains_lines(self, gain) -> np.ndarray:
+        """Complex amplitude (n_gauges, n_multiples) of each gauge's mains multiple, times
+        ``gain`` per gauge: fixed pickup at the ADC (``mains_gain``, ``mains_phase``) or the
+        legacy random phase per gauge through the gauge filter."""
+        nz = self.spec.noise
+        rows = self._m.gauge_rows
+        rel = np.asarray(nz.mains_harmonics, float)
+        if nz.mains_gain is not None:
+            lines = np.asarray(nz.mains_gain) * np.exp(1j * np.asarray(nz.mains_phase))
+            return gain[:, None] * nz.mains_amplitude * rel[None, :] * lines
+        h = np.arange(1, rel.size + 1)
+        filters = [self._m.channel_filters[r] for r in rows]
+        g = np.array([[complex(filter_response(c, 2j * np.pi * k * nz.mains_hz)) for k in h] for c in filters])
+        return gain[:, None] * nz.mains_amplitude * rel[None, :] * g * np.exp(1j * self._mains_phase)
+
     def _mains(self, n0: int, N: int, gain) -> np.ndarray:
-        """Mains interference on the gauge channels (strain after the gauge filter, times
-        ``gain`` per channel) for the samples n0 .. n0+N-1 of the rig clock."""
+        """Mains interference on the gauge channels (strain at the ADC, times ``gain`` per
+        channel) for the samples n0 .. n0+N-1 of the rig clock."""
         nz = self.spec.noise
         gain = np.asarray(gain, dtype=float)
+        lines = self._mains_lines(gain)
+        fixed = nz.mains_gain is not None
 
         def signal(n):  # n: sample indices (int array)
-            base = (2 * np.pi * nz.mains_hz * self.dt * n) % (2 * np.pi)
-            rows = self._m.gauge_rows
-            acc = np.zeros((rows.size, n.size), complex)
-            w = np.exp(1j * base)
+            w = np.exp(1j * (self.mains_phase(n) if fixed else (2 * np.pi * nz.mains_hz * self.dt * n) % (2 * np.pi)))
+            acc = np.zeros((lines.shape[0], n.size), complex)
             wh = np.ones(n.size, complex)
-            for h, rel in enumerate(nz.mains_harmonics, start=1):
+            for k in range(lines.shape[1]):
                 wh = wh * w
-                if rel == 0:
-                    continue
-                for j, r in enumerate(rows):
-                    g = complex(filter_response(self._m.channel_filters[r], 2j * np.pi * h * nz.mains_hz))
-                    acc[j] += gain[j] * nz.mains_amplitude * rel * g * np.exp(1j * self._mains_phase[j, h - 1]) * wh
+                if np.any(lines[:, k] != 0):
+                    acc += lines[:, k, None] * wh[None, :]
             return np.real(acc)
 
         period = self.fs / nz.mains_hz
-        if abs(period - round(period)) < 1e-9 and abs(self.fs - round(self.fs)) < 1e-9:
+        if nz.mains_drift_hz == 0 and abs(period - round(period)) < 1e-9 and abs(self.fs - round(self.fs)) < 1e-9:
             # an integer number of samples per mains period: a precomputed periodic table
             P = int(round(period))
             key = (P, tuple(gain))

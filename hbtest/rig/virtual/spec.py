@@ -109,7 +109,18 @@ class NoiseSpec:
     """Sensor imperfections. laser_rms [m], gauge_rms [strain]: white noise at the ADC;
     mains_hz, mains_amplitude [strain, of the fundamental at the gauge bridge],
     mains_harmonics: relative amplitudes of mains multiples 1, 2, 3...; adc_bits (0 = ideal
-    converter), adc_range_v (+/- full scale)."""
+    converter), adc_range_v (+/- full scale).
+
+    Correlated white noise: ``laser_mix`` / ``gauge_mix`` (rows and columns per laser / per
+    gauge, unitless; None = identity): the white noise of those channels is ``rms * mix @ n``
+    with ``n`` independent unit deviates (a shared source = a column with several non-zero
+    entries). Mains pickup: with ``mains_gain`` / ``mains_phase`` (per gauge, per multiple;
+    phase [rad]) the line of multiple ``h`` on gauge ``j`` is ``mains_amplitude *
+    mains_harmonics[h] * gain[j][h] * cos(h Phi(t) + phase[j][h])`` at the ADC, one mains phase
+    ``Phi`` for every gauge (common-mode pickup keeps its phase relation); without them each
+    gauge's multiple has its own random phase, through the gauge filter (the legacy model).
+    ``mains_drift_hz`` [Hz], ``mains_drift_period_s`` [s]: the mains frequency wanders as
+    ``mains_hz + drift sin(2 pi t / period + psi)`` (``psi`` random)."""
 
     laser_rms: float = 0.0
     gauge_rms: float = 0.0
@@ -118,6 +129,12 @@ class NoiseSpec:
     mains_harmonics: tuple = (1.0,)
     adc_bits: int = 0
     adc_range_v: float = 10.0
+    laser_mix: tuple | None = None
+    gauge_mix: tuple | None = None
+    mains_gain: tuple | None = None
+    mains_phase: tuple | None = None
+    mains_drift_hz: float = 0.0
+    mains_drift_period_s: float = 1800.0
 
 
 @dataclass(frozen=True)
@@ -273,26 +290,7 @@ def parse_virtual(sec: Section, physical: BeamSpec, sensors, common) -> VirtualS
     if friction.pin_torque / friction.pin_velocity * dt / j_t > 0.5:
         raise fr.error("pin_velocity_rad_per_s", "too small for the Coulomb torque at this sample rate (explicit friction would chatter): raise it")
 
-    nz = sec.sub("noise", required=False)
-    laser_rms = nz.number("laser_rms_um", 0.0, scale=1e-6, nonnegative=True, max=1e4)
-    gauge_rms = nz.number("gauge_rms_microstrain", 0.0, scale=1e-6, nonnegative=True, max=1e4)
-    nz.finish()
-    mn = sec.sub("mains", required=False)
-    mains_hz = mn.number("frequency_hz", 50.0, positive=True)
-    mains_amp = mn.number("amplitude_microstrain", 0.0, scale=1e-6, nonnegative=True, max=1e4)
-    mains_h = mn.numbers("harmonics", [1.0], nonnegative=True)
-    if not mains_h:
-        raise mn.error("harmonics", "needs at least one relative amplitude (fundamental first)")
-    if mains_hz * len(mains_h) >= fs / 2:
-        raise mn.error("harmonics", f"mains multiple {len(mains_h)} x {mains_hz:g} Hz lies above the Nyquist frequency {fs / 2:g} Hz")
-    mn.finish()
-    adc = sec.sub("adc", required=False)
-    bits = adc.integer("bits", 16, min=0, max=32)
-    if 0 < bits < 8:
-        raise adc.error("bits", f"must be 0 (ideal) or 8..32, got {bits}")
-    rng_v = adc.number("range_v", 10.0, positive=True, max=1000)
-    adc.finish()
-    noise = NoiseSpec(laser_rms, gauge_rms, mains_hz, mains_amp, tuple(mains_h), bits, rng_v)
+    noise = _noise(sec, simulated, fs)
     # nonlinear elements on the PS beam: the same tables (and parser) as [[numerical.nonlinear]]
     nonlinear = read_element_tables(sec.subs("nonlinear"), physical.length, "free", frozenset(), "physical beam")
     substeps = int(sec.integer("nonlinear_substeps", NONLINEAR_SUBSTEPS, min=1, max=64))
@@ -316,6 +314,76 @@ def parse_virtual(sec: Section, physical: BeamSpec, sensors, common) -> VirtualS
         nonlinear=nonlinear,
         nonlinear_substeps=substeps,
     )
+
+
+def _matrix(sec: Section, key: str, rows: int, cols: int, what: str, scale: float = 1.0, nonnegative: bool = False):
+    """An optional ``rows`` x ``cols`` array of arrays of numbers (None when absent)."""
+    if not sec.has(key):
+        return None
+    v = sec.value(key)
+    square = rows == cols
+    # a layout with more channels than the table lists: the first ones (the rest: see _pad)
+    n = len(v) if isinstance(v, list) and 0 < len(v) <= rows else rows
+    width = n if square else cols
+    if not isinstance(v, list) or len(v) != n or any(not isinstance(r, list) or len(r) != width for r in v):
+        raise sec.error(key, f"must be {rows} arrays ({what}) of {cols} numbers each, got {v!r}")
+    out = []
+    for r in v:
+        bad = [x for x in r if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x)]
+        if bad or (nonnegative and any(x < 0 for x in r)):
+            raise sec.error(key, f"entries must be finite{' non-negative' if nonnegative else ''} numbers, got {r!r}")
+        out.append(tuple(float(x) * scale for x in r))
+    return _pad(tuple(out), rows, cols, square)
+
+
+def _pad(m: tuple, rows: int, cols: int, square: bool) -> tuple:
+    """Rows (and, square, columns) beyond those given: identity for a mix (independent unit
+    noise), zero for a per-multiple table (no fixed pickup on those gauges)."""
+    n = len(m)
+    if n == rows:
+        return m
+    if square:
+        return tuple(tuple(m[i][j] if i < n and j < n else float(i == j) for j in range(cols)) for i in range(rows))
+    return m + tuple((0.0,) * cols for _ in range(rows - n))
+
+
+def _noise(sec: Section, simulated, fs: float) -> NoiseSpec:
+    """``[virtual.noise]``, ``[virtual.mains]`` and ``[virtual.adc]`` (see :class:`NoiseSpec`)."""
+    n_l = sum(c.kind == "laser" for c in simulated.channels)
+    n_g = len(simulated.channels) - n_l
+    nz = sec.sub("noise", required=False)
+    laser_rms = nz.number("laser_rms_um", 0.0, scale=1e-6, nonnegative=True, max=1e4)
+    gauge_rms = nz.number("gauge_rms_microstrain", 0.0, scale=1e-6, nonnegative=True, max=1e4)
+    laser_mix = _matrix(nz, "laser_mix", n_l, n_l, "one per laser")
+    gauge_mix = _matrix(nz, "gauge_mix", n_g, n_g, "one per gauge")
+    nz.finish()
+    mn = sec.sub("mains", required=False)
+    mains_hz = mn.number("frequency_hz", 50.0, positive=True)
+    mains_amp = mn.number("amplitude_microstrain", 0.0, scale=1e-6, nonnegative=True, max=1e4)
+    mains_h = mn.numbers("harmonics", [1.0], nonnegative=True)
+    if not mains_h:
+        raise mn.error("harmonics", "needs at least one relative amplitude (fundamental first)")
+    if mains_hz * len(mains_h) >= fs / 2:
+        raise mn.error("harmonics", f"mains multiple {len(mains_h)} x {mains_hz:g} Hz lies above the Nyquist frequency {fs / 2:g} Hz")
+    gain = _matrix(mn, "gauge_gain", n_g, len(mains_h), "one per gauge, one entry per multiple", nonnegative=True)
+    what = "one per gauge, one entry per multiple"
+    phase = _matrix(mn, "gauge_phase_deg", n_g, len(mains_h), what, scale=math.pi / 180)
+    if (gain is None) != (phase is None):
+        key = "gauge_phase_deg" if phase is None else "gauge_gain"
+        raise mn.error(key, "gauge_gain and gauge_phase_deg go together (fixed pickup per gauge)")
+    drift = mn.number("drift_hz", 0.0, nonnegative=True, max=5.0)
+    if drift >= mains_hz:
+        raise mn.error("drift_hz", f"must be below frequency_hz ({mains_hz:g} Hz)")
+    period = mn.number("drift_period_s", 1800.0, positive=True, max=1e7)
+    mn.finish()
+    adc = sec.sub("adc", required=False)
+    bits = adc.integer("bits", 16, min=0, max=32)
+    if 0 < bits < 8:
+        raise adc.error("bits", f"must be 0 (ideal) or 8..32, got {bits}")
+    rng_v = adc.number("range_v", 10.0, positive=True, max=1000)
+    adc.finish()
+    return NoiseSpec(laser_rms, gauge_rms, mains_hz, mains_amp, tuple(mains_h), bits, rng_v,
+                     laser_mix, gauge_mix, gain, phase, drift, period)
 
 
 #: keys of a channel's table in ``[virtual.true_sensors]`` -> (ChannelSpec field, file scale)
