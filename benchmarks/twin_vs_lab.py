@@ -118,7 +118,7 @@ def twin_reads(rig_path: Path, seed: int, reads: int, evaluations: int, frequenc
         _align(rig, f)
         R = []
         for _ in range(reads):
-            rig.wait(prof.read_gap_periods(f))
+            rig.wait(prof.window_rule().gap_periods(f))
             meas = measure_interface(rig.acquire(prof.read_periods), lay, loop.orders, loop.s.force_method)
             R.append(prof.transducer_forces(loop, loop.force_residual(num, meas)))
         R = np.array(R)
