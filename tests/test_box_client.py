@@ -290,9 +290,11 @@ def test_rig_check_through_the_box(twin_cfg, capsys):
         assert "instrument: HBTEST,BOX-TWIN," in out and srv.resource in out
         rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split() and line.split()[0] in ("l1", "l2", "g1", "g2")}
         assert set(rows) == {"l1", "l2", "g1", "g2"}
-        # outputs at zero: laser levels are noise (0.5 um rms = 1 mV), gauges carry the mains (~15 microstrain rms)
-        assert abs(float(rows["l1"][1])) < 1e-3 and 0.5e-3 < float(rows["l1"][2]) < 2e-3
-        assert 10 < float(rows["g1"][4]) < 20
+        # outputs at zero, the lab-calibrated twin (instruments/virtual-cantilever.toml): laser
+        # levels are noise (2.15 um rms = 4.3 mV at 2 mV/um), the gauges carry broadband noise and
+        # the lab's mains pickup (g1 0.47, g2 1.2 microstrain rms in one read)
+        assert abs(float(rows["l1"][1])) < 1e-3 and 3e-3 < float(rows["l1"][2]) < 6e-3
+        assert 0.2 < float(rows["g1"][4]) < 1.0 and 0.6 < float(rows["g2"][4]) < 2.5
         assert not srv.device.armed and srv.device.epoch >= 1
 
 
