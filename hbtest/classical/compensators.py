@@ -165,6 +165,9 @@ class AdaptiveForwardPredictor(Compensator):
         if not 0 < sigma_min <= sigma_max:
             raise ValueError(f"need 0 < sigma_min <= sigma_max, got {sigma_min}, {sigma_max}")
         self.sigma_min, self.sigma_max = float(sigma_min), float(sigma_max)
+        #: adapted lead [s] and gain per channel: None until :meth:`start` (then rho0, sigma0)
+        self.rho: np.ndarray | None = None
+        self.sigma: np.ndarray | None = None
 
     def start(self, dt, n_ch, n_steps):
         super().start(dt, n_ch, n_steps)

@@ -66,8 +66,8 @@ def predicted_equation(system: HybridSystem, transfer: TransferSystem, compensat
             w = polynomial_predictor_weights(c.order, c.n_samples, c.horizon / dt)
             sigma = 1.0
         else:
-            rho = float(np.mean(c.rho)) if hasattr(c, "rho") else c.rho0
-            sigma = float(np.mean(c.sigma)) if hasattr(c, "sigma") else c.sigma0
+            rho = float(np.mean(c.rho)) if c.rho is not None else c.rho0
+            sigma = float(np.mean(c.sigma)) if c.sigma is not None else c.sigma0
             w = polynomial_predictor_weights(c.order, c.n_samples, rho / dt)
         return sysd.equation_multi(tau + dt * np.arange(w.size), sigma * w)
     if isinstance(c, InverseModelCompensator):
