@@ -4,7 +4,8 @@ Every case asserts the exit code, that stderr is one line naming the store / fil
 field, and that data already on disk is byte-identical afterwards (every file under a store
 hashed before and after). Concurrency and signals run ``python -m hbtest.cli`` in a child
 process (always with timeouts); everything else calls :func:`hbtest.cli.main` in-process.
-Sweeps are kept short: the paper cantilever on 3 points of 16.0-16.4 Hz takes 1-2 s.
+Sweeps are kept short: the paper cantilever on 3 points of 16.0-16.4 Hz at a 1 % accuracy target
+takes a few seconds.
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ RIG_SEED = 20240611  # [virtual] seed of instruments/virtual-cantilever.toml
 
 
 def band(points=3, stop=16.4):
-    return ["--set", "sweep.start_hz=16.0", "--set", f"sweep.stop_hz={stop}", "--set", f"sweep.points={points}", "--no-plot"]
+    # test.accuracy 1 % (the file's 0.3 %): these cases are about files, locks and signals, not
+    # accuracy; on the lab-calibrated twin the 0.3 % target averages ~3x longer per point.
+    return ["--set", "sweep.start_hz=16.0", "--set", f"sweep.stop_hz={stop}", "--set", f"sweep.points={points}",
+            "--set", "test.accuracy=0.01", "--no-plot"]
 
 
 SHORT = band()
@@ -134,9 +138,9 @@ def copy_of(store, dest: Path) -> Path:
 
 def test_second_writer_refused_while_a_sweep_runs(tmp_path, capsys):
     store = tmp_path / "busy.zarr"
-    first = spawn(["sweep", SWEEP, "--store", store, *band(points=30, stop=17.0)], tmp_path)
+    first = spawn(["sweep", SWEEP, "--store", store, *band(points=12, stop=17.0)], tmp_path)
     try:
-        wait_for(lambda: StoreLock.holder(store) is not None and " 1/30" in first.out.read_text(), 90, "the first point", first)
+        wait_for(lambda: StoreLock.holder(store) is not None and " 1/12" in first.out.read_text(), 90, "the first point", first)
         holder = StoreLock.holder(store)
         assert holder["pid"] == first.pid
         for args in (["sweep", SWEEP, "--store", store, "--overwrite", *SHORT], ["resume", store, "--no-plot"]):
@@ -151,7 +155,7 @@ def test_second_writer_refused_while_a_sweep_runs(tmp_path, capsys):
     a = attrs(store)
     assert a["status"] == "completed"
     assert RunStore.open(store).done().all()
-    assert "completed: 30/30 points converged" in first.out.read_text()
+    assert "completed: 12/12 points converged" in first.out.read_text()
     assert StoreLock.holder(store) is None and not lock_path(store).exists()
 
 
@@ -239,9 +243,9 @@ def test_successful_overwrite_leaves_no_siblings(tmp_path, capsys, completed):
 
 def test_sigterm_marks_interrupted_and_resume_finishes(tmp_path, capsys):
     store = tmp_path / "term.zarr"
-    child = spawn(["sweep", SWEEP, "--store", store, *band(points=10, stop=17.0)], tmp_path)
+    child = spawn(["sweep", SWEEP, "--store", store, *band(points=6, stop=17.0)], tmp_path)
     try:
-        wait_for(lambda: " 1/10" in child.out.read_text(), 90, "the first point", child)
+        wait_for(lambda: " 1/6" in child.out.read_text(), 90, "the first point", child)
         child.send_signal(signal.SIGTERM)
         t0 = time.monotonic()
         rc = child.wait(timeout=20)
@@ -254,7 +258,7 @@ def test_sigterm_marks_interrupted_and_resume_finishes(tmp_path, capsys):
     a = attrs(store)
     assert a["status"] == "interrupted" and a["stop_cause"] == "signal", a
     done = RunStore.open(store).done()
-    assert 1 <= done.sum() < 10
+    assert 1 <= done.sum() < 6
     kept = slot_hash(store, np.flatnonzero(done))
     assert kept
     rc, out, err = cli(capsys, "resume", store, "--no-plot")
