@@ -180,8 +180,8 @@ def point_record(out: PointOutcome, orders, n_act: int, external_amplitude: floa
         numerical_displacement=e.U_N if e else cnan,
         external_force=ext,
         voltage=volt(e.V) if e else np.full((n_act, nh), complex(np.nan, np.nan)),
-        displacement_variance=e.meas.displacement_variance if e else fnan,
-        force_variance=e.meas.force_variance if e else fnan,
+        interface_displacement_variance=e.meas.displacement_variance if e else fnan,
+        interface_force_variance=e.meas.force_variance if e else fnan,
         converged=bool(out.converged),
         iterations=int(out.iterations),
         # the residual the rig last held (the reported state may be the pooled fit's solution
@@ -569,7 +569,7 @@ def resume(store_path, progress=None, seed=None, plot: bool | None = None):
         store.check_compatible(
             # a store written before the mains plan (no point notes) ran its grid as asked
             frequencies_hz=(_path(cfg)[0](cfg, plan_mains(cfg, rig_cfg.sensors))
-                            if store.has_point_notes or not _gridded(cfg) else cfg.sweep.frequencies_hz),
+                            if "frequency_requested" in store.variables or not _gridded(cfg) else cfg.sweep.frequencies_hz),
             harmonics=orders, actuators=rig_cfg.actuators,
             max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), orders) - 1,
         )

@@ -154,7 +154,7 @@ def reduce_store(src, record: CalibrationRecord, out, *, method: str | None = No
                         f" rejected {original.mains_hz:g} Hz and channel coefficients cannot be refitted, so the mains' leakage stays in"
                         " the re-solved points; re-run the sweep if it matters")
     new = RunStore.create(out, frequencies_hz=store.frequencies_hz, harmonics=store.harmonics, actuators=store.actuators,
-                          max_iterations=store.max_iterations, attrs=new_attrs, overwrite=overwrite, reference=store.has_reference,
+                          max_iterations=store.max_iterations, attrs=new_attrs, overwrite=overwrite, reference="reference_interface_displacement" in store.variables,
                           raw_records=(store.raw_channels, store.raw_max_samples) if store.raw_channels else None,
                           channels=store.evaluation_channels or None)
     orders = np.asarray(store.harmonics)
@@ -180,7 +180,7 @@ def reduce_store(src, record: CalibrationRecord, out, *, method: str | None = No
                 note += " — EXTRAPOLATED beyond the measured voltages"
             new.write_point(i, dataclasses.replace(
                 rec, interface_displacement=r.displacement, interface_force=r.force, numerical_displacement=r.numerical_displacement,
-                voltage=r.voltage, displacement_variance=r.displacement_variance, force_variance=r.force_variance,
+                voltage=r.voltage, interface_displacement_variance=r.displacement_variance, interface_force_variance=r.force_variance,
                 residual_norm=r.residual_norm, converged=bool(r.method != "state_only" and r.residual_norm <= cfg.test.tolerance),
                 raw_record=acq, message=note,
             ))
@@ -193,7 +193,7 @@ def reduce_store(src, record: CalibrationRecord, out, *, method: str | None = No
         norm = float(np.linalg.norm(resid))
         new.write_point(i, dataclasses.replace(
             rec, interface_displacement=meas.displacement, interface_force=meas.force,
-            displacement_variance=meas.displacement_variance, force_variance=meas.force_variance,
+            interface_displacement_variance=meas.displacement_variance, interface_force_variance=meas.force_variance,
             residual_norm=norm, raw_record=acq,
             message=(rec.message + "; " if rec.message else "") + f"re-reduced with {record.identification}",
         ))
