@@ -241,7 +241,7 @@ def backbone(ds, dof: str = "u", harmonic: int = 1, source: str = "measured") ->
         lev = np.abs(np.asarray(ds["external_force"].values)[:, k1])
         lev = np.where(np.isfinite(lev), lev, np.nanmax(lev) if np.isfinite(lev).any() else 0.0)
     U = np.abs(np.asarray(ds[var].sel(dof=dof, harmonic=harmonic).values))
-    out = {k: [] for k in ("force_n", "frequency_hz", "amplitude", "interior", "n_points")}
+    out: dict[str, list] = {k: [] for k in ("force_n", "frequency_hz", "amplitude", "interior", "n_points")}
     for F in np.unique(lev):
         sel = ok & (lev == F) & np.isfinite(U)
         out["force_n"].append(float(F))
@@ -339,7 +339,7 @@ class FamilyRunner:
                 import zarr
 
                 g = zarr.open_group(str(self.store.path), mode="r")
-                act = np.asarray(g["harmonic_active"][...], dtype=bool)[done]
+                act = np.asarray(g["harmonic_active"][...], dtype=bool)[done]  # type: ignore[index]  # an array
                 start |= {k for k, on in zip(self.orders, act.any(axis=0)) if on}
         return tuple(sorted(start))
 
