@@ -240,23 +240,6 @@ LONG_FUNCTIONS = {
     "hbtest.rig.virtual.spec.parse_virtual": "owned by a parallel branch this round",
     "hbtest.rig.virtual.engine._run_closed_form": "owned by a parallel branch this round",
     "hbtest.estimators.fit_through_transient": "owned by a parallel branch this round",
-    "hbtest.calibration.procedures.calibrate_channels": "TODO: not split yet",
-    "hbtest.calibration.reduce.reduce_store": "TODO: not split yet",
-    "hbtest.calibration.resolve.resolve_point": "TODO: not split yet",
-    "hbtest.classical.loop.simulate": "TODO: not split yet",
-    "hbtest.design.levels.predict_levels": "TODO: not split yet",
-    "hbtest.design.report.design_report": "TODO: not split yet",
-    "hbtest.export.to_uff": "TODO: not split yet",
-    "hbtest.frf.frf_uncertainty": "TODO: not split yet",
-    "hbtest.harmonics.fit": "TODO: not split yet",
-    "hbtest.modal.fit_modes": "TODO: not split yet",
-    "hbtest.plot.bode_figure": "TODO: not split yet",
-    "hbtest.sensors.forces_segment": "TODO: not split yet",
-    "hbtest.stability.builders.chain_hybrid": "TODO: not split yet",
-    "hbtest.stability.crossings.cutoff_crossings": "TODO: not split yet",
-    "hbtest.stability.prediction.prediction_intervals": "TODO: not split yet",
-    "hbtest.structures.beam": "TODO: not split yet",
-    "hbtest.sweep._execute": "TODO: not split yet",
 }
 
 
