@@ -87,7 +87,7 @@ class Var:
 
     def attrs(self) -> dict:
         """The variable's attributes: ``units``, ``long_name`` (and ``dof_units`` over ``dof``)."""
-        out = {"units": self.units, "long_name": self.long_name}
+        out: dict[str, object] = {"units": self.units, "long_name": self.long_name}
         if self.units in DOF_UNITS:
             out["dof_units"] = DOF_UNITS[self.units]
         return out
@@ -318,7 +318,7 @@ def expand_record(rec: PointRecord, active, orders) -> PointRecord:
     if active == orders:
         return rec
     idx = [orders.index(k) for k in active]
-    changes = {}
+    changes: dict[str, np.ndarray] = {}
     for var in VARIABLES:
         if var.source != "record" or var.dims[-1:] != ("harmonic",):
             continue
@@ -332,4 +332,4 @@ def expand_record(rec: PointRecord, active, orders) -> PointRecord:
         out = np.full(value.shape[:-1] + (len(orders),), fill, dtype=var.dtype)
         out[..., idx] = value.real if var.kind == "f" and np.iscomplexobj(value) else value
         changes[var.name] = out
-    return replace(rec, **changes)
+    return replace(rec, **changes)  # type: ignore[arg-type]  # every name is an array field
