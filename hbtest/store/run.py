@@ -72,6 +72,7 @@ import os
 import shutil
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -388,7 +389,7 @@ class RunStore:
         self.path = Path(path)
         import zarr
 
-        g = zarr.open_group(str(self.path), mode="r")
+        g: Any = zarr.open_group(str(self.path), mode="r")  # zarr's types do not tell arrays from groups
         keys = set(g.array_keys())
         self.frequencies_hz = np.asarray(g["frequency"][...], dtype=float)
         self.harmonics = tuple(int(k) for k in g["harmonic"][...])
@@ -402,7 +403,7 @@ class RunStore:
         self.raw_max_samples = int(g["raw_samples"].shape[-1]) if self.raw_channels else 0
         self.evaluation_channels = channels if set(EVALUATION_VARIABLES) <= keys else ()
         #: the size of every dimension after ``frequency``
-        self.sizes = {d: int(g[d].shape[0]) for d in ("dof", "harmonic", "actuator", "iteration", "variable", "channel")
+        self.sizes: dict[str, int] = {d: int(g[d].shape[0]) for d in ("dof", "harmonic", "actuator", "iteration", "variable", "channel")
                       if d in keys}
         if self.raw_channels:
             self.sizes["sample"] = self.raw_max_samples
@@ -595,7 +596,7 @@ class RunStore:
         others of the slot are left as they are."""
         import xarray as xr
 
-        values = {} if reason is None else {"design_reason": np.array(str(reason), dtype=object)}
+        values: dict[str, object] = {} if reason is None else {"design_reason": np.array(str(reason), dtype=object)}
         values.update({f"design_{k}": np.float64(v) for k, v in estimate.items()})
         unknown = [k for k in values if k not in DESIGN_VARIABLES or k not in self.variables]
         if unknown:
@@ -677,14 +678,15 @@ class RunStore:
 
         if not (np.isfinite(frequency_hz) and frequency_hz > 0):
             raise ValueError(f"slot {index}: frequency {frequency_hz!r} is not a positive number")
-        zarr.open_group(str(self.path), mode="r+")["frequency"][index] = frequency_hz
+        g: Any = zarr.open_group(str(self.path), mode="r+")
+        g["frequency"][index] = frequency_hz
         self.frequencies_hz[index] = frequency_hz
 
     def done(self) -> np.ndarray:
         """``done`` flag of every slot, read fresh from disk."""
         import zarr
 
-        g = zarr.open_group(str(self.path), mode="r")
+        g: Any = zarr.open_group(str(self.path), mode="r")
         return np.asarray(g["done"][...], dtype=bool)
 
     @property
