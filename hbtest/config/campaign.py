@@ -34,7 +34,7 @@ CAMPAIGN_FIGURES = {
     "stability": ("critical_delay_ms", "critical_frequency_hz"),
 }
 #: ``[analysis]`` settings of each kind: name -> (default, meaning); None = required
-CAMPAIGN_ANALYSIS = {
+CAMPAIGN_ANALYSIS: dict[str, dict[str, float | None]] = {
     "sweep": {},
     "classical": {"delay_ms": None, "dt_ms": 0.2, "duration_s": 6.0, "actuator_hz": 0.0},
     "stability": {"cutoff_hz": 500.0, "tau_max_s": 1.0, "elements_per_metre": 0.0},
@@ -145,6 +145,7 @@ def load_campaign(path, overrides=(), text: str | None = None) -> CampaignConfig
     description = top.string("description", "")
     kind = top.string("kind", "sweep", choices=CAMPAIGN_KINDS)
     base = top.path("base", base_dir)
+    assert base is not None  # a required key: Section.path raised without it
     sets = []
     for key in ("set", "rig_set"):
         raw = top.value(key, [])

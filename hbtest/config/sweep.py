@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -216,6 +217,7 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
     base = Path(src.path).resolve().parent
     name = top.string("name", Path(src.path).stem)
     rig_path = top.path("rig", base)
+    assert rig_path is not None  # a required key: Section.path raised without it
     rig_overrides = top.value("rig_set", [])
     if not isinstance(rig_overrides, list) or not all(isinstance(x, str) and "=" in x for x in rig_overrides):
         raise top.error("rig_set", 'must be a list of "dotted.key=value" overrides of the rig file')
@@ -324,6 +326,7 @@ def _read_solver(so: Section) -> SolverSpec:
 def _read_output(out: Section, base: Path, name: str) -> OutputSpec:
     """``[output]`` (optional): the store path, the plot, raw records."""
     store = out.path("store", base, default=f"runs/{name}.zarr")
+    assert store is not None  # it has a default
     raw = out.boolean("raw_records", False) if out.has("raw_records") else None
     output = OutputSpec(store=store.resolve(), plot=out.boolean("plot", True), raw_records=raw)
     out.finish()
@@ -346,7 +349,7 @@ def _read_continuation(sw: Section) -> dict:
     from ..continuation.settings import CONTINUATIONS, ArclengthSettings
 
     d = ArclengthSettings()
-    out = dict(
+    out: dict[str, Any] = dict(
         continuation=sw.string("continuation", "stepped", choices=CONTINUATIONS),
         max_points=sw.integer("max_points", d.max_points, min=2, max=100000),
         arclength_step=sw.number("arclength_step", d.initial_step, positive=True),
