@@ -68,7 +68,8 @@ def _tmp_beside(out: Path) -> Path:
 
 
 def _netcdf_attrs(attrs: dict) -> dict:
-    out, json_keys = {}, []
+    out: dict[str, object] = {}
+    json_keys: list[str] = []
     for k, v in attrs.items():
         if isinstance(v, dict):
             out[k] = json.dumps(v, sort_keys=True)
@@ -170,6 +171,38 @@ def open_netcdf(path):
     return ds
 
 
+def _uff58(pyuff, name: str, attrs, store_path, info, f, h) -> dict:
+    """One UFF type-58 record: the FRF ``h`` [m/N | rad/N] at frequencies ``f`` [Hz] of one
+    interface DOF (``info``: direction, ordinate spec type, length exponent, label)."""
+    rdir, spec, lexp, lab = info
+    return pyuff.prepare_58(
+        binary=0,
+        id1=name[:80],
+        id2=str(attrs.get("rig_identity") or "")[:80] or "NONE",
+        id3=str(attrs.get("created_utc") or "")[:80] or "NONE",
+        id4=("sweep sha256 " + str(attrs.get("sweep_sha256") or ""))[:80],
+        id5=f"{Path(str(store_path)).name} status {attrs.get('status', '')}"[:80],
+        func_type=4,
+        rsp_ent_name="interface",
+        rsp_node=1,
+        rsp_dir=rdir,
+        ref_ent_name="interface",
+        ref_node=1,
+        ref_dir=3,
+        abscissa_spacing=0,
+        abscissa_spec_data_type=18,
+        abscissa_axis_units_lab="Hz",
+        ordinate_spec_data_type=spec,
+        ordinate_len_unit_exp=lexp,
+        ordinate_axis_units_lab=lab,
+        orddenom_spec_data_type=13,
+        orddenom_force_unit_exp=1,
+        orddenom_axis_units_lab="N",
+        data=h.astype(complex),
+        x=f,
+    )
+
+
 def to_uff(store_path, out_path, *, harmonic: int = 1, include_reference: bool = True) -> Path:
     """Write the FRFs of a run as UFF type-58 records (see module docstring); returns the
     path. UserError if pyuff is missing or no point is finished and converged."""
@@ -203,36 +236,8 @@ def to_uff(store_path, out_path, *, harmonic: int = 1, include_reference: bool =
                 if sel.size == 0:
                     continue
                 sel = sel[np.argsort(f[sel], kind="stable")]
-                rdir, spec, lexp, lab = dof_info[dof]
                 name = f"hbtest {source} {dof}/F k={harmonic}" + (f" leg {lg}" if np.unique(leg).size > 1 else "")
-                sets.append(
-                    pyuff.prepare_58(
-                        binary=0,
-                        id1=name[:80],
-                        id2=str(attrs.get("rig_identity") or "")[:80] or "NONE",
-                        id3=str(attrs.get("created_utc") or "")[:80] or "NONE",
-                        id4=("sweep sha256 " + str(attrs.get("sweep_sha256") or ""))[:80],
-                        id5=f"{Path(str(store_path)).name} status {attrs.get('status', '')}"[:80],
-                        func_type=4,
-                        rsp_ent_name="interface",
-                        rsp_node=1,
-                        rsp_dir=rdir,
-                        ref_ent_name="interface",
-                        ref_node=1,
-                        ref_dir=3,
-                        abscissa_spacing=0,
-                        abscissa_spec_data_type=18,
-                        abscissa_axis_units_lab="Hz",
-                        ordinate_spec_data_type=spec,
-                        ordinate_len_unit_exp=lexp,
-                        ordinate_axis_units_lab=lab,
-                        orddenom_spec_data_type=13,
-                        orddenom_force_unit_exp=1,
-                        orddenom_axis_units_lab="N",
-                        data=h[sel].astype(complex),
-                        x=f[sel],
-                    )
-                )
+                sets.append(_uff58(pyuff, name, attrs, store_path, dof_info[dof], f[sel], h[sel]))
     if not sets:
         raise UserError(f"{store_path}: no finished, converged point to export")
     tmp = _tmp_beside(out)

@@ -79,6 +79,7 @@ __all__ = [
 
 from .config.family import AUTO_THRESHOLD, MAX_AUTO_HARMONIC, read_family_fields
 from .store.run import sweep_legs
+from .store.variables import expand_record
 
 
 def store_orders(sweep, sample_rate_hz: float | None = None) -> tuple[int, ...]:
@@ -177,49 +178,6 @@ def orders_to_activate(fractions_by_order: dict, active, candidates, threshold: 
     return tuple(k for k in candidates if k not in act and np.isfinite(fractions_by_order.get(k, np.nan)) and fractions_by_order[k] > threshold)
 
 
-def expand_record(rec, active, orders):
-    """A :class:`~hbtest.store.PointRecord` measured on the ``active`` orders, spread over the
-    store's ``orders`` (NaN at the inactive ones)."""
-    active = [int(k) for k in active]
-    orders = [int(k) for k in orders]
-    if active == orders:
-        return rec
-    idx = [orders.index(k) for k in active]
-
-    def grow(a, kind=complex):
-        if a is None:
-            return None
-        a = np.asarray(a)
-        out = np.full(a.shape[:-1] + (len(orders),), np.nan, dtype=np.result_type(a.dtype, kind))
-        if np.iscomplexobj(out):
-            out[...] = complex(np.nan, np.nan)
-        out[..., idx] = a
-        return out
-
-    from dataclasses import fields
-
-    present = {fl.name for fl in fields(rec)}
-    changes = {name: grow(getattr(rec, name), complex) for name in (
-        "interface_displacement", "interface_force", "numerical_displacement", "external_force", "voltage",
-        "history_voltage", "history_residual", "numerical_force", "sync_amplitude_ratio", "sync_phase_deg",
-        "history_channel_coefficients", "history_channel_variance") if name in present}
-    for name in ("sync_amplitude_ratio", "sync_phase_deg", "history_channel_variance"):
-        if changes.get(name) is not None:
-            changes[name] = changes[name].real
-    changes["displacement_variance"] = grow(rec.displacement_variance, float)
-    changes["force_variance"] = grow(rec.force_variance, float)
-    ref = rec.reference_interface_displacement
-    if ref is not None and np.asarray(ref).shape[-1] == len(active):
-        changes["reference_interface_displacement"] = grow(ref, complex)
-    ext = np.zeros(len(orders), dtype=complex)  # the external force is known at every order
-    ext[idx] = np.asarray(rec.external_force)
-    changes["external_force"] = ext
-    mask = np.zeros(len(orders), dtype=bool)
-    mask[idx] = True
-    changes["harmonic_active"] = mask
-    return replace(rec, **changes)
-
-
 # ---------------------------------------------------------------------------------------
 # backbone
 
@@ -283,7 +241,7 @@ def backbone(ds, dof: str = "u", harmonic: int = 1, source: str = "measured") ->
         lev = np.abs(np.asarray(ds["external_force"].values)[:, k1])
         lev = np.where(np.isfinite(lev), lev, np.nanmax(lev) if np.isfinite(lev).any() else 0.0)
     U = np.abs(np.asarray(ds[var].sel(dof=dof, harmonic=harmonic).values))
-    out = {k: [] for k in ("force_n", "frequency_hz", "amplitude", "interior", "n_points")}
+    out: dict[str, list] = {k: [] for k in ("force_n", "frequency_hz", "amplitude", "interior", "n_points")}
     for F in np.unique(lev):
         sel = ok & (lev == F) & np.isfinite(U)
         out["force_n"].append(float(F))
@@ -381,7 +339,7 @@ class FamilyRunner:
                 import zarr
 
                 g = zarr.open_group(str(self.store.path), mode="r")
-                act = np.asarray(g["harmonic_active"][...], dtype=bool)[done]
+                act = np.asarray(g["harmonic_active"][...], dtype=bool)[done]  # type: ignore[index]  # an array
                 start |= {k for k, on in zip(self.orders, act.any(axis=0)) if on}
         return tuple(sorted(start))
 

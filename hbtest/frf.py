@@ -484,6 +484,57 @@ def _calibration_error(ds, record, harmonic, ok, f, Up, Fp):
     return out
 
 
+def _hybrid_sensitivity(ns, ps, force_vector, DN, s, ok, Up, Fk) -> np.ndarray:
+    """G = (D_N + D_P)^-1 per slot (NaN where not ``ok``): from the PS model, or without one
+    the rank-one estimate ``U_P U_P^T / (F_c . U_P)`` from the measured state."""
+    G = np.full(DN.shape, np.nan, dtype=complex)
+    if ps is not None:
+        G[ok] = np.linalg.inv(DN[ok] + ps.dynamic_stiffness(s[ok]))
+    else:
+        for i in np.flatnonzero(ok):
+            Fc = ns.condensed_force(force_vector, s[i]) * (Fk[i] / force_vector[np.flatnonzero(force_vector)[0]])
+            G[i] = np.outer(Up[i], Up[i]) / (Fc @ Up[i])
+    return G
+
+
+def _masked_like(H, ok):
+    """A maker of DataArrays over ``H``'s dims and coordinates, NaN where not ``ok``."""
+    import xarray as xr
+
+    dims = H.dims
+    coords = {c: H.coords[c] for c in H.coords}
+
+    def da(x, units, long_name):
+        x = np.where(ok[:, None], x, np.nan)
+        return xr.DataArray(x, dims=dims, coords=coords, attrs={"units": units, "long_name": long_name})
+
+    return da
+
+
+def _frf_uncertainty_parts(Hv, G, DN, Up, Un, Fk, var, dH_cal):
+    """(u_H, u_H_noise, u_H_calibration, residual_error, u_magnitude, u_phase) of every slot
+    from the noise variance ``var`` of U*, the calibration errors ``dH_cal`` of U* and the
+    residual (module docstring, "FRF uncertainty")."""
+    var_cal = np.sum(np.abs(dH_cal) ** 2, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        absF = np.abs(Fk)[:, None]
+        u_cal = np.sqrt(var_cal) / absF
+        u_noise = np.sqrt(var) / absF
+        u_meas = np.sqrt(u_noise**2 + u_cal**2)
+        b = np.einsum("nij,njk,nk->ni", G, DN, Up - Un) / Fk[:, None]
+        h = Hv / np.abs(Hv)
+        inphase = (np.conj(h) * b).real
+        quad = (np.conj(h) * b).imag
+        # calibration errors are systematic and not circular: split each into in-phase and
+        # quadrature parts of H
+        cal_in = np.sqrt(np.sum(((np.conj(h)[:, None, :] * dH_cal).real) ** 2, axis=1)) / absF
+        cal_q = np.sqrt(np.sum(((np.conj(h)[:, None, :] * dH_cal).imag) ** 2, axis=1)) / absF
+        u_H = np.sqrt(u_meas**2 + np.abs(b) ** 2)
+        u_mag = np.sqrt(u_noise**2 / 2 + cal_in**2 + inphase**2)
+        u_ph = np.sqrt(u_noise**2 / 2 + cal_q**2 + quad**2) / np.abs(Hv)
+    return u_H, u_noise, u_cal, b, u_mag, u_ph
+
+
 def frf_uncertainty(ds, harmonic: int = 1, calibration=None):
     """Standard uncertainty of the measured FRF ``H = U_P / F_k`` at every point (see
     "FRF uncertainty" in the module docstring for the equations). Returns an
@@ -521,46 +572,16 @@ def frf_uncertainty(ds, harmonic: int = 1, calibration=None):
     vF = np.asarray(ds["interface_force_variance"].sel(**k).values, dtype=float)
     Fk = np.asarray(ds["external_force"].sel(**k).values, dtype=complex)
     ok = np.isfinite(H.values).all(axis=1)
-    eye = np.eye(2)
-    G = np.full(DN.shape, np.nan, dtype=complex)
-    if ps is not None:
-        G[ok] = np.linalg.inv(DN[ok] + ps.dynamic_stiffness(s[ok]))
-    else:
-        for i in np.flatnonzero(ok):
-            Fc = ns.condensed_force(force_vector, s[i]) * (Fk[i] / force_vector[np.flatnonzero(force_vector)[0]])
-            G[i] = np.outer(Up[i], Up[i]) / (Fc @ Up[i])
-    A = eye - G @ DN
+    G = _hybrid_sensitivity(ns, ps, force_vector, DN, s, ok, Up, Fk)
+    A = np.eye(2) - G @ DN
     var = np.einsum("nij,nj->ni", np.abs(A) ** 2, vU) + np.einsum("nij,nj->ni", np.abs(G) ** 2, vF)
     record = _resolve_calibration(ds, calibration)
     Fp = np.asarray(ds["interface_force"].sel(**k).values, dtype=complex)
     dUF = _calibration_error(ds, record, harmonic, ok, f, Up, Fp)
     # each calibrated value moves U_P and F_P together: dU_P - dU* = A dU - G dF
     dH_cal = np.einsum("nij,nqj->nqi", A, dUF[..., :2]) - np.einsum("nij,nqj->nqi", G, dUF[..., 2:])
-    var_cal = np.sum(np.abs(dH_cal) ** 2, axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        absF = np.abs(Fk)[:, None]
-        u_cal = np.sqrt(var_cal) / absF
-        u_noise = np.sqrt(var) / absF
-        u_meas = np.sqrt(u_noise**2 + u_cal**2)
-        b = np.einsum("nij,njk,nk->ni", G, DN, Up - Un) / Fk[:, None]
-        Hv = H.values
-        h = Hv / np.abs(Hv)
-        inphase = (np.conj(h) * b).real
-        quad = (np.conj(h) * b).imag
-        # calibration errors are systematic and not circular: split each into in-phase and
-        # quadrature parts of H
-        cal_in = np.sqrt(np.sum(((np.conj(h)[:, None, :] * dH_cal).real) ** 2, axis=1)) / absF
-        cal_q = np.sqrt(np.sum(((np.conj(h)[:, None, :] * dH_cal).imag) ** 2, axis=1)) / absF
-        u_H = np.sqrt(u_meas**2 + np.abs(b) ** 2)
-        u_mag = np.sqrt(u_noise**2 / 2 + cal_in**2 + inphase**2)
-        u_ph = np.sqrt(u_noise**2 / 2 + cal_q**2 + quad**2) / np.abs(Hv)
-    dims = H.dims
-    coords = {c: H.coords[c] for c in H.coords}
-
-    def da(x, units, long_name):
-        x = np.where(ok[:, None], x, np.nan)
-        return xr.DataArray(x, dims=dims, coords=coords, attrs={"units": units, "long_name": long_name})
-
+    u_H, u_noise, u_cal, b, u_mag, u_ph = _frf_uncertainty_parts(H.values, G, DN, Up, Un, Fk, var, dH_cal)
+    da = _masked_like(H, ok)
     out = xr.Dataset({
         "H": H,
         "u_H": da(u_H, "m/N | rad/N", "standard uncertainty of the complex FRF, sqrt(E|dH|^2)"),

@@ -71,7 +71,7 @@ class HarmonicFit:
         return np.sqrt(self.variance)
 
 
-def _basis(phase: np.ndarray, orders: np.ndarray) -> np.ndarray:
+def _basis(phase: np.ndarray, orders) -> np.ndarray:
     """Real regression basis, columns [1 | cos k phi, sin k phi ...] in pack order."""
     cols = []
     for k in orders:
@@ -127,16 +127,33 @@ def fit(
     omega = 2 * np.pi * frequency_hz
     nuis = [fn for fn in nuisance_hz if all(abs(fn - k * frequency_hz) > frequency_hz / n_periods for k in orders)]
     if nuis:
-        keep = index < n_periods
-        tt = t[keep]
-        A = np.concatenate([_basis(omega * tt, orders)] + [_basis(2 * np.pi * fn * tt, [1]) for fn in nuis], axis=-1)
-        xs = np.moveaxis(x[..., keep], -1, 0).reshape(tt.size, -1)
-        beta, *_ = np.linalg.lstsq(A, xs, rcond=None)
-        n_h = 2 * orders.size - int(0 in orders)
-        interference = _basis(2 * np.pi * np.asarray(nuis)[:, None] * t[None, :], [1])  # (n_nuis, n_t, 2)
-        coef = beta[n_h:].reshape(len(nuis), 2, -1)  # (n_nuis, [cos, sin], channels)
-        x = x - np.einsum("jtc,jcm->mt", interference, coef).reshape(x.shape)
-    # all windows at once: zero-padded rows do not change a least-squares fit
+        x = _without_nuisance(t, x, index < n_periods, omega, orders, nuis)
+    per_period = _per_period_fit(t, x, index, n_periods, omega, orders)
+    mean = per_period.mean(axis=0)
+    if n_periods > 1:
+        var = np.sum(np.abs(per_period - mean) ** 2, axis=0) / (n_periods - 1) / n_periods
+    else:
+        var = np.full(mean.shape, np.nan)
+    return HarmonicFit(mean, var, per_period, orders)
+
+
+def _without_nuisance(t, x, keep, omega: float, orders, nuis) -> np.ndarray:
+    """``x`` with the known interferers at ``nuis`` [Hz] removed: fitted jointly with the
+    harmonics over the samples ``keep`` by least squares, subtracted over the whole record."""
+    tt = t[keep]
+    A = np.concatenate([_basis(omega * tt, orders)] + [_basis(2 * np.pi * fn * tt, [1]) for fn in nuis], axis=-1)
+    xs = np.moveaxis(x[..., keep], -1, 0).reshape(tt.size, -1)
+    beta, *_ = np.linalg.lstsq(A, xs, rcond=None)
+    n_h = 2 * orders.size - int(0 in orders)
+    interference = _basis(2 * np.pi * np.asarray(nuis)[:, None] * t[None, :], [1])  # (n_nuis, n_t, 2)
+    coef = beta[n_h:].reshape(len(nuis), 2, -1)  # (n_nuis, [cos, sin], channels)
+    return x - np.einsum("jtc,jcm->mt", interference, coef).reshape(x.shape)
+
+
+def _per_period_fit(t, x, index, n_periods: int, omega: float, orders) -> np.ndarray:
+    """The complex coefficients of every one-period window ``index == p`` (``(P,) + x.shape[:-1]
+    + (n_orders,)``), all windows solved at once: zero-padded rows do not change a
+    least-squares fit."""
     counts = np.bincount(index[index < n_periods], minlength=n_periods)
     if counts.min() <= 2 * orders.size:
         raise ValueError(f"{counts.min()} samples per period cannot resolve orders {orders.tolist()}")
@@ -150,13 +167,7 @@ def fit(
     AtA = np.einsum("pmi,pmj->pij", A, A)
     Atx = np.einsum("pmi,pmc->pic", A, xw)
     beta = np.linalg.solve(AtA, Atx)  # (P, nb, ch)
-    per_period = unpack(np.moveaxis(beta, 1, -1).reshape((n_periods,) + x.shape[:-1] + (A.shape[-1],)), orders)
-    mean = per_period.mean(axis=0)
-    if n_periods > 1:
-        var = np.sum(np.abs(per_period - mean) ** 2, axis=0) / (n_periods - 1) / n_periods
-    else:
-        var = np.full(mean.shape, np.nan)
-    return HarmonicFit(mean, var, per_period, orders)
+    return unpack(np.moveaxis(beta, 1, -1).reshape((n_periods,) + x.shape[:-1] + (A.shape[-1],)), orders)
 
 
 def reconstruct(t: np.ndarray, coefficients: np.ndarray, frequency_hz: float, orders) -> np.ndarray:

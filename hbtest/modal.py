@@ -141,6 +141,55 @@ def _fit_once(fs, Hs, f0, weights):
     return _params(lam, a, b, f0), (lam, a, b)
 
 
+def _fit_one_mode(f, H, uH, mag, peaks, m: int, threshold: float, samples: int, rng, z: float, units: str,
+                  dof: str) -> ModeFit:
+    """Mode ``m`` (at ``peaks[m]``) fitted over its half-power band, its intervals from
+    ``samples`` bootstrap refits drawn from ``rng``."""
+    from .frf import _peak_band
+
+    p = peaks[m]
+    # the valleys to the neighbouring peaks bound the band (exclusive: the valley sample
+    # belongs to neither mode)
+    lo_lim = 0 if m == 0 else peaks[m - 1] + int(np.argmin(mag[peaks[m - 1] : p + 1])) + 1
+    hi_lim = f.size - 1 if m == len(peaks) - 1 else p + int(np.argmin(mag[p : peaks[m + 1] + 1])) - 1
+    lo, hi = _peak_band(mag, p, threshold, MIN_POINTS, lo_lim, hi_lim)
+    fs, Hs, us = f[lo : hi + 1], H[lo : hi + 1], uH[lo : hi + 1]
+    f0 = float(f[p])
+    w = 1.0 / us
+    (fn, zeta, A), (lam, a, b) = _fit_once(fs, Hs, f0, w)
+    sn = 1j * fs / f0
+    model = (b[0] + b[1] * sn + b[2] * sn * sn) / (a[0] + a[1] * sn + sn * sn)
+    misfit = float(np.sqrt(np.mean(np.abs((model - Hs) / us) ** 2)))
+    sd = _bootstrap_sd(fs, Hs, us, f0, w, rng, samples)
+
+    def ci(x, s):
+        return (float(x - z * s), float(x + z * s))
+
+    return ModeFit(
+        frequency_hz=float(fn), frequency_hz_ci=ci(fn, sd[0]),
+        damping_ratio=float(zeta), damping_ratio_ci=ci(zeta, sd[1]),
+        modal_constant=float(abs(A)), modal_constant_ci=ci(abs(A), sd[2]),
+        modal_constant_phase_deg=float(np.degrees(np.angle(A))), modal_constant_units=units,
+        dof=dof, band_hz=(float(fs[0]), float(fs[-1])), n_points=int(fs.size), misfit=misfit,
+        at_edge=bool(p == 0 or p == f.size - 1),
+    )
+
+
+def _bootstrap_sd(fs, Hs, us, f0: float, w, rng, samples: int) -> np.ndarray:
+    """Standard deviations of (f_n, zeta, |A|) over refits to the FRF plus its stated noise."""
+    boot = []
+    for _ in range(int(samples)):
+        noise = (rng.standard_normal(fs.size) + 1j * rng.standard_normal(fs.size)) * us / np.sqrt(2)
+        try:
+            (bf, bz, bA), _ = _fit_once(fs, Hs + noise, f0, w)
+        except ValueError:
+            continue
+        boot.append((bf, bz, abs(bA)))
+    if len(boot) < max(MIN_BOOTSTRAP_REFITS, MIN_BOOTSTRAP_SUCCESS * samples):
+        raise ValueError(f"the bootstrap refits of the mode at {f0:.4g} Hz failed too often ({len(boot)}/{samples})")
+    return np.std(np.array(boot), axis=0, ddof=1)
+
+
 def fit_modes(ds, dof: str = "u", harmonic: int = 1, *, samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED,
               confidence: float = CONFIDENCE, threshold: float = BAND_THRESHOLD) -> list[ModeFit]:
     """Fit every swept mode of the measured FRF of ``dof`` (converged points only) with
@@ -169,44 +218,8 @@ def fit_modes(ds, dof: str = "u", harmonic: int = 1, *, samples: int = BOOTSTRAP
     z = _z(confidence)
     rng = np.random.default_rng(seed)
     out = []
-    from .frf import _peak_band
-
-    for m, p in enumerate(peaks):
-        # the valleys to the neighbouring peaks bound the band (exclusive: the valley sample
-        # belongs to neither mode)
-        lo_lim = 0 if m == 0 else peaks[m - 1] + int(np.argmin(mag[peaks[m - 1] : p + 1])) + 1
-        hi_lim = f.size - 1 if m == len(peaks) - 1 else p + int(np.argmin(mag[p : peaks[m + 1] + 1])) - 1
-        lo, hi = _peak_band(mag, p, threshold, MIN_POINTS, lo_lim, hi_lim)
-        fs, Hs, us = f[lo : hi + 1], H[lo : hi + 1], uH[lo : hi + 1]
-        f0 = float(f[p])
-        w = 1.0 / us
-        (fn, zeta, A), (lam, a, b) = _fit_once(fs, Hs, f0, w)
-        sn = 1j * fs / f0
-        model = (b[0] + b[1] * sn + b[2] * sn * sn) / (a[0] + a[1] * sn + sn * sn)
-        misfit = float(np.sqrt(np.mean(np.abs((model - Hs) / us) ** 2)))
-        boot = []
-        for _ in range(int(samples)):
-            noise = (rng.standard_normal(fs.size) + 1j * rng.standard_normal(fs.size)) * us / np.sqrt(2)
-            try:
-                (bf, bz, bA), _ = _fit_once(fs, Hs + noise, f0, w)
-            except ValueError:
-                continue
-            boot.append((bf, bz, abs(bA)))
-        if len(boot) < max(MIN_BOOTSTRAP_REFITS, MIN_BOOTSTRAP_SUCCESS * samples):
-            raise ValueError(f"the bootstrap refits of the mode at {f0:.4g} Hz failed too often ({len(boot)}/{samples})")
-        sd = np.std(np.array(boot), axis=0, ddof=1)
-
-        def ci(x, s):
-            return (float(x - z * s), float(x + z * s))
-
-        out.append(ModeFit(
-            frequency_hz=float(fn), frequency_hz_ci=ci(fn, sd[0]),
-            damping_ratio=float(zeta), damping_ratio_ci=ci(zeta, sd[1]),
-            modal_constant=float(abs(A)), modal_constant_ci=ci(abs(A), sd[2]),
-            modal_constant_phase_deg=float(np.degrees(np.angle(A))), modal_constant_units=units,
-            dof=dof, band_hz=(float(fs[0]), float(fs[-1])), n_points=int(fs.size), misfit=misfit,
-            at_edge=bool(p == 0 or p == f.size - 1),
-        ))
+    for m in range(len(peaks)):
+        out.append(_fit_one_mode(f, H, uH, mag, peaks, m, threshold, samples, rng, z, units, dof))
     return out
 
 

@@ -64,18 +64,10 @@ def _title(ds) -> str:
     return f"{name} on {rig} — status {a.get('status', '?')}"
 
 
-def bode_figure(ds, harmonic: int = 1):
-    """The Bode figure of a run dataset (see module docstring)."""
+def _bode_frfs(ds, harmonic: int):
+    """(measured FRF, its magnitude and phase uncertainties or None, reference FRF or None)."""
     from .frf import frf, frf_uncertainty
 
-    fig = _figure()
-    axes = fig.subplots(2, 2, sharex=True)
-    done = np.asarray(ds["done"].values, dtype=bool)
-    conv = np.asarray(ds["converged"].values, dtype=bool) & done
-    f = np.asarray(ds["frequency"].values, dtype=float)
-    leg = np.asarray(ds["leg"].values) if "leg" in ds.coords else np.zeros(f.size, int)
-    # an arclength trace is drawn in test (trace) order: through its folds, not sorted by f
-    order = (lambda x: np.arange(x.size)) if ds.attrs.get("continuation") == "arclength" else (lambda x: np.argsort(x, kind="stable"))
     Hm = frf(ds, "measured", harmonic).values
     u_mag = u_ph = None
     try:
@@ -88,6 +80,57 @@ def bode_figure(ds, harmonic: int = 1):
         Hr = frf(ds, "reference", harmonic).values
         if not np.any(np.isfinite(Hr)):
             Hr = None
+    return Hm, u_mag, u_ph, Hr
+
+
+def _bode_measured(am, ap, f, leg, done, conv, order, Hm, u_mag, u_ph, j: int) -> None:
+    """The measured FRF of DOF ``j`` leg by leg on the magnitude and phase axes: converged
+    points joined (with their uncertainty band), the others as red crosses."""
+    multi = np.unique(leg[done]).size > 1
+    first_bad = True
+    first_band = True
+    lab: str | None
+    for lg in np.unique(leg[done]) if done.any() else []:
+        # unwrap the phase over all finished points of the leg, then split by convergence
+        sel = np.flatnonzero(done & (leg == lg) & np.isfinite(Hm[:, j]))
+        if sel.size == 0:
+            continue
+        sel = sel[order(f[sel])]
+        h = Hm[sel, j]
+        ph = np.degrees(np.unwrap(np.angle(h)))
+        c = conv[sel]
+        if c.any():
+            lab = "measured, converged" + (f" (leg {lg})" if multi else "")
+            (line,) = am.plot(f[sel][c], np.abs(h[c]), "o-", ms=3.5, lw=0.8, label=lab)
+            ap.plot(f[sel][c], ph[c], "o-", ms=3.5, lw=0.8, color=line.get_color())
+            if u_mag is not None and np.isfinite(u_mag[sel, j][c]).any():
+                fb, mag, um = f[sel][c], np.abs(h[c]), BAND_FACTOR * u_mag[sel, j][c]
+                up = BAND_FACTOR * np.degrees(u_ph[sel, j][c])
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    widest = np.nanmax(BAND_FACTOR * u_mag[conv] / np.abs(Hm[conv]))
+                band = f"±{BAND_FACTOR:g}σ band (noise + final residual; up to ±{100 * widest:.3g} % of |H|)"
+                am.fill_between(fb, np.clip(mag - um, mag * 1e-3, None), mag + um, color=line.get_color(), alpha=0.25, lw=0,
+                                label=band if first_band else None)
+                ap.fill_between(fb, ph[c] - up, ph[c] + up, color=line.get_color(), alpha=0.25, lw=0)
+                first_band = False
+        if (~c).any():
+            lab = "measured, not converged" if first_bad else None
+            first_bad = False
+            am.plot(f[sel][~c], np.abs(h[~c]), "x", color="red", ms=7, mew=1.5, label=lab)
+            ap.plot(f[sel][~c], ph[~c], "x", color="red", ms=7, mew=1.5)
+
+
+def bode_figure(ds, harmonic: int = 1):
+    """The Bode figure of a run dataset (see module docstring)."""
+    fig = _figure()
+    axes = fig.subplots(2, 2, sharex=True)
+    done = np.asarray(ds["done"].values, dtype=bool)
+    conv = np.asarray(ds["converged"].values, dtype=bool) & done
+    f = np.asarray(ds["frequency"].values, dtype=float)
+    leg = np.asarray(ds["leg"].values) if "leg" in ds.coords else np.zeros(f.size, int)
+    # an arclength trace is drawn in test (trace) order: through its folds, not sorted by f
+    order = (lambda x: np.arange(x.size)) if ds.attrs.get("continuation") == "arclength" else (lambda x: np.argsort(x, kind="stable"))
+    Hm, u_mag, u_ph, Hr = _bode_frfs(ds, harmonic)
     labels = [("u", "|u/F| [m/N]", "∠u/F [deg]"), ("theta", "|θ/F| [rad/N]", "∠θ/F [deg]")]
     dof_index = {str(d): i for i, d in enumerate(ds["dof"].values)}
     for col, (dof, mag_label, ph_label) in enumerate(labels):
@@ -99,37 +142,7 @@ def bode_figure(ds, harmonic: int = 1):
             ref = Hr[sel, j][o]
             am.plot(f[sel][o], np.abs(ref), "-", color="black", lw=1.0, label="reference (exact)")
             ap.plot(f[sel][o], np.degrees(np.unwrap(np.angle(ref))), "-", color="black", lw=1.0)
-        multi = np.unique(leg[done]).size > 1
-        first_bad = True
-        first_band = True
-        for lg in np.unique(leg[done]) if done.any() else []:
-            # unwrap the phase over all finished points of the leg, then split by convergence
-            sel = np.flatnonzero(done & (leg == lg) & np.isfinite(Hm[:, j]))
-            if sel.size == 0:
-                continue
-            sel = sel[order(f[sel])]
-            h = Hm[sel, j]
-            ph = np.degrees(np.unwrap(np.angle(h)))
-            c = conv[sel]
-            if c.any():
-                lab = "measured, converged" + (f" (leg {lg})" if multi else "")
-                (line,) = am.plot(f[sel][c], np.abs(h[c]), "o-", ms=3.5, lw=0.8, label=lab)
-                ap.plot(f[sel][c], ph[c], "o-", ms=3.5, lw=0.8, color=line.get_color())
-                if u_mag is not None and np.isfinite(u_mag[sel, j][c]).any():
-                    fb, mag, um = f[sel][c], np.abs(h[c]), BAND_FACTOR * u_mag[sel, j][c]
-                    up = BAND_FACTOR * np.degrees(u_ph[sel, j][c])
-                    with np.errstate(divide="ignore", invalid="ignore"):
-                        widest = np.nanmax(BAND_FACTOR * u_mag[conv] / np.abs(Hm[conv]))
-                    band = f"±{BAND_FACTOR:g}σ band (noise + final residual; up to ±{100 * widest:.3g} % of |H|)"
-                    am.fill_between(fb, np.clip(mag - um, mag * 1e-3, None), mag + um, color=line.get_color(), alpha=0.25, lw=0,
-                                    label=band if first_band else None)
-                    ap.fill_between(fb, ph[c] - up, ph[c] + up, color=line.get_color(), alpha=0.25, lw=0)
-                    first_band = False
-            if (~c).any():
-                lab = "measured, not converged" if first_bad else None
-                first_bad = False
-                am.plot(f[sel][~c], np.abs(h[~c]), "x", color="red", ms=7, mew=1.5, label=lab)
-                ap.plot(f[sel][~c], ph[~c], "x", color="red", ms=7, mew=1.5)
+        _bode_measured(am, ap, f, leg, done, conv, order, Hm, u_mag, u_ph, j)
         am.set_yscale("log")
         am.set_ylabel(mag_label)
         ap.set_ylabel(ph_label)

@@ -360,6 +360,45 @@ def forces_inertia_corrected(eps1, eps2, u0, theta0, s, layout: SensorLayout):
     return visco * T + lam * (u0 * xm + theta0 * xm * xm / 2), visco * M
 
 
+def _interface_derivatives(pos, k, w0, t0, b4, dmax: float):
+    """(second, third) derivative of the segment's deflection at the interface, given
+    ``w(0) = w0``, ``w'(0) = t0`` and the curvatures ``k`` at the gauge positions ``pos``
+    (exactly for two gauges, else in the least-squares sense): the static cubic when
+    ``|b^4| dmax^4`` is negligible, else the dynamic solution."""
+    ng = len(k)
+    if abs(b4) * dmax**4 < 1e-10:
+        # static cubic: w = w0 + t0 x + a x^2 + c x^3, w'' = 2a + 6c x
+        A = np.array([[2.0, 6.0 * d] for d in pos])
+        if ng == 2:
+            a, c = np.linalg.solve(A, np.array(k))
+        else:
+            a, c = np.linalg.lstsq(A.astype(complex), np.array(k), rcond=None)[0]
+        return 2 * a, 6 * c
+    b = b4 ** 0.25
+    if ng == 2:
+        A = np.array([_segment_basis(b, 0.0, 0), _segment_basis(b, 0.0, 1), _segment_basis(b, pos[0], 2),
+                      _segment_basis(b, pos[1], 2)], dtype=complex)
+        coef = np.linalg.solve(A, np.array([w0, t0, k[0], k[1]]))
+    else:
+        coef = _constrained_lstsq(
+            np.array([_segment_basis(b, d, 2) for d in pos], dtype=complex), np.array(k),
+            np.array([_segment_basis(b, 0.0, 0), _segment_basis(b, 0.0, 1)], dtype=complex), np.array([w0, t0]),
+        )
+    return np.dot(_segment_basis(b, 0.0, 2), coef), np.dot(_segment_basis(b, 0.0, 3), coef)
+
+
+def _segment_basis(b, x, order: int) -> list:
+    """Derivative ``order`` of the basis f(x) = [cos bx, sin bx, cosh bx, sinh bx]."""
+    c_, s_, ch, sh = np.cos(b * x), np.sin(b * x), np.cosh(b * x), np.sinh(b * x)
+    rows = {
+        0: [c_, s_, ch, sh],
+        1: [-b * s_, b * c_, b * sh, b * ch],
+        2: [-(b**2) * c_, -(b**2) * s_, b**2 * ch, b**2 * sh],
+        3: [b**3 * s_, -(b**3) * c_, b**3 * sh, b**3 * ch],
+    }
+    return rows[order]
+
+
 def forces_segment(eps1, eps2, u0, theta0, s, layout: SensorLayout):
     """Exact Euler–Bernoulli state of the segment [0, d2] from the interface motion and the two
     gauge strains, per harmonic (``s = i k Omega``; coefficient domain).
@@ -399,37 +438,7 @@ def forces_segment(eps1, eps2, u0, theta0, s, layout: SensorLayout):
         Ec = EI * (1.0 + layout.zeta_stiffness * sn)
         b4 = -layout.rhoA * (sn * sn + layout.zeta_mass * sn) / Ec
         k = [-kappa * ej for ej in e]
-        if abs(b4) * dmax**4 < 1e-10:
-            # static cubic: w = w0 + t0 x + a x^2 + c x^3, w'' = 2a + 6c x
-            A = np.array([[2.0, 6.0 * d] for d in pos])
-            if ng == 2:
-                a, c = np.linalg.solve(A, np.array(k))
-            else:
-                a, c = np.linalg.lstsq(A.astype(complex), np.array(k), rcond=None)[0]
-            w2, w3 = 2 * a, 6 * c
-        else:
-            b = b4 ** 0.25
-            # basis f(x) = [cos bx, sin bx, cosh bx, sinh bx] and its derivatives
-            def basis(x, order):
-                c_, s_, ch, sh = np.cos(b * x), np.sin(b * x), np.cosh(b * x), np.sinh(b * x)
-                rows = {
-                    0: [c_, s_, ch, sh],
-                    1: [-b * s_, b * c_, b * sh, b * ch],
-                    2: [-(b**2) * c_, -(b**2) * s_, b**2 * ch, b**2 * sh],
-                    3: [b**3 * s_, -(b**3) * c_, b**3 * sh, b**3 * ch],
-                }
-                return rows[order]
-
-            if ng == 2:
-                A = np.array([basis(0.0, 0), basis(0.0, 1), basis(pos[0], 2), basis(pos[1], 2)], dtype=complex)
-                coef = np.linalg.solve(A, np.array([w0, t0, k[0], k[1]]))
-            else:
-                coef = _constrained_lstsq(
-                    np.array([basis(d, 2) for d in pos], dtype=complex), np.array(k),
-                    np.array([basis(0.0, 0), basis(0.0, 1)], dtype=complex), np.array([w0, t0]),
-                )
-            w2 = np.dot(basis(0.0, 2), coef)
-            w3 = np.dot(basis(0.0, 3), coef)
+        w2, w3 = _interface_derivatives(pos, k, w0, t0, b4, dmax)
         out_M.reshape(-1)[n] = -Ec * w2
         out_T.reshape(-1)[n] = Ec * w3
     return out_T, out_M

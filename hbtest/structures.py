@@ -176,6 +176,21 @@ def _hermite_element(EI: float, rhoA: float, le: float) -> tuple[np.ndarray, np.
     return k, m
 
 
+def _beam_nodes(length: float, n_elements: int, extra_nodes, nodes) -> np.ndarray:
+    """Node positions [m, from 0]: ``n_elements`` equal elements or exactly ``nodes``, plus
+    ``extra_nodes`` (merged, rounded to 1e-12 m)."""
+    if n_elements < 1:
+        raise ValueError("beam needs at least one element")
+    x = np.linspace(0.0, length, n_elements + 1) if nodes is None else np.asarray(nodes, dtype=float)
+    if nodes is not None and (abs(x[0]) > 1e-12 or abs(x[-1] - length) > 1e-12 or np.any(np.diff(x) <= 0)):
+        raise ValueError("beam nodes must increase strictly from 0 to the length")
+    extra = [float(e) for e in extra_nodes]
+    for e in extra:
+        if not 0 <= e <= length:
+            raise ValueError(f"extra node at {e} m lies outside the beam [0, {length}]")
+    return np.unique(np.round(np.concatenate([x, extra]), 12))
+
+
 def beam(
     length: float,
     width: float,
@@ -202,19 +217,10 @@ def beam(
     for name, v in (("length", length), ("width", width), ("thickness", thickness), ("youngs_modulus", youngs_modulus), ("density", density)):
         if not v > 0:
             raise ValueError(f"beam {name} must be positive, got {v}")
-    if n_elements < 1:
-        raise ValueError("beam needs at least one element")
     for bc in (left, right):
         if bc not in BOUNDARY_CONDITIONS:
             raise ValueError(f"unknown boundary condition {bc!r}; use one of {sorted(BOUNDARY_CONDITIONS)}")
-    x = np.linspace(0.0, length, n_elements + 1) if nodes is None else np.asarray(nodes, dtype=float)
-    if nodes is not None and (abs(x[0]) > 1e-12 or abs(x[-1] - length) > 1e-12 or np.any(np.diff(x) <= 0)):
-        raise ValueError("beam nodes must increase strictly from 0 to the length")
-    extra = [float(e) for e in extra_nodes]
-    for e in extra:
-        if not 0 <= e <= length:
-            raise ValueError(f"extra node at {e} m lies outside the beam [0, {length}]")
-    x = np.unique(np.round(np.concatenate([x, extra]), 12))
+    x = _beam_nodes(length, n_elements, extra_nodes, nodes)
     EI = youngs_modulus * width * thickness**3 / 12.0
     rhoA = density * width * thickness
     n_nodes = x.size

@@ -31,7 +31,7 @@ import signal
 import time
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -180,8 +180,8 @@ def point_record(out: PointOutcome, orders, n_act: int, external_amplitude: floa
         numerical_displacement=e.U_N if e else cnan,
         external_force=ext,
         voltage=volt(e.V) if e else np.full((n_act, nh), complex(np.nan, np.nan)),
-        displacement_variance=e.meas.displacement_variance if e else fnan,
-        force_variance=e.meas.force_variance if e else fnan,
+        interface_displacement_variance=e.meas.displacement_variance if e else fnan,
+        interface_force_variance=e.meas.force_variance if e else fnan,
         converged=bool(out.converged),
         iterations=int(out.iterations),
         # the residual the rig last held (the reported state may be the pooled fit's solution
@@ -328,97 +328,134 @@ def _path(cfg: SweepConfig):
 def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
     """Run the unfinished points of ``store`` on the open ``rig``. Returns the final status;
     raises RigFault / StoreWriteError / KeyboardInterrupt after marking the store."""
-    from .design import explain_stop, plan_mains
-    from .family import FamilyRunner
-
-    freqs = store.frequencies_hz  # as applied (a point moved off a mains multiple; NaN: an open arclength slot)
-    settings = PointSettings.from_config(cfg)
+    say = progress or (lambda *_: None)
     ns = cfg.numerical.numerical_substructure()  # linear, or nonlinear elements by AFT harmonic balance
     F = cfg.excitation.force_vector(ns)
-    say = progress or (lambda *_: None)
-    done = store.done()
     desc = rig.describe()
-    gridded = _gridded(cfg)
-    plan = plan_mains(cfg, desc.sensors)
-    requested = cfg.sweep.frequencies_hz if gridded else np.full(freqs.size, np.nan)
-    notes = [n if np.isclose(a, f, rtol=1e-12) else "" for n, a, f in zip(plan.notes, plan.applied_hz, freqs)] if gridded else [""] * freqs.size
-    status, cause, reason = "failed", "", ""
+    requested, notes = _requested(cfg, store, desc)
+    run = _RunState()
     t_wall = time.monotonic()
     store.set_status("running", rig_reported_identity=desc.identity, stop_cause="", stop_message="")
     policy = _Stop(progress)
     try:
         with _signals(policy):
-            # the twin's exact reference of the emulated structure (linear closed form, or
-            # harmonic balance of the joined nonlinear structure continued along the sweep)
-            reference = rig.sweep_reference(ns) if isinstance(rig, ExactReference) else None
-            # force levels, active harmonics (auto), sync metrics: hbtest.family
-            runner = FamilyRunner(cfg, store, rig, ns, F, settings, progress)
-            trace_ref = None
-            if not gridded and reference is not None:
-                from .continuation.reference import TraceReference
-
-                # an arclength trace turns at folds: its reference follows the measured branch
-                trace_ref = TraceReference(rig.ps_substructure, ns, F) if TraceReference.applies(rig, ns) else None
-            say(RunStarted(cfg.name, str(store.path), desc.identity, cfg.solver.profile, int((~done).sum()), done.size, store.attrs.get("seed")))
-            for i in np.flatnonzero(~done):
-                if gridded and freqs[i] != requested[i]:
-                    say(PointMoved(int(i), float(requested[i]), float(freqs[i]), notes[i]))
-                elif notes[i]:
-                    say(Notice(f"warning: point {i + 1}: {notes[i]}"))
-
-            def write(i, out, n, of):
-                nonlocal status, cause, reason
-                f = float(out.frequency_hz)
-                orders = np.asarray(runner.active)
-                out = replace(out, message=explain_stop(out.message, out.reason, f, orders, desc.sensors,
-                                                        cfg.test.averaging_periods, [h.norm for h in out.history]))
-                if trace_ref is not None:
-                    ref = trace_ref(f, orders, out.final.meas.displacement if out.final is not None else None)
-                else:
-                    ref = reference(ns.substructure, runner.force_vector, f, orders) if reference is not None else None
-                rec = point_record(out, orders, runner.n_act, float(runner.amps[i]) if gridded else cfg.excitation.amplitude, ref,
-                                   n_ch=len(store.evaluation_channels) or None,
-                                   requested_hz=float(requested[i]) if gridded else None, note=notes[i])
-                try:
-                    store.write_point(i, runner.finish(i, out, rec))
-                except OSError as e:
-                    status, cause, reason = "interrupted", "store", f"cannot write point {i} ({f:g} Hz) to {store.path}: {e.strerror or e}"
-                    raise StoreWriteError(f"{store.path}: {reason.split(': ', 1)[-1]}; the run stopped, free the space and `hbtest resume {store.path}`") from None
-                say(PointFinished(n, of, i, f, out.iterations, float((out.applied or out.final).norm) if out.final else float("nan"),
-                                  float(out.rig_periods), bool(out.converged), out.reason, out.message))
-                stop_on = {"trip": cfg.sweep.on_trip, "overrange": cfg.sweep.on_overrange}.get(out.reason)
-                if out.reason == "trip" and stop_on != "stop" and isinstance(rig, Trips):
-                    rig.clear_trip()  # the point is recorded as tripped; go on with the next
-                if stop_on == "stop":
-                    return "interrupted", "rig", f"point at {f:g} Hz: {out.message} (sweep.on_{out.reason} = \"stop\")"
-                if policy.requested:
-                    return "interrupted", "signal", "stopped by Ctrl+C after a finished point"
-                return None
-
-            stop = _path(cfg)[1](cfg, store, runner, write, say)
-            status, cause, reason = stop or ("completed", "", "")
+            write = _PointWriter.start(cfg, store, rig, ns, F, desc, requested, notes, policy, progress, run)
+            stop = _path(cfg)[1](cfg, store, write.runner, write, say)
+            run.status, run.cause, run.reason = stop or ("completed", "", "")
     except (InstrumentError, LimitExceeded) as e:
-        status, cause = "interrupted", "rig"
-        reason = f"{e}{_close(rig)}"
-        raise RigFault(f"{reason}; the store {store.path} is resumable once the rig is back: hbtest resume {store.path}") from None
+        run.status, run.cause = "interrupted", "rig"
+        run.reason = f"{e}{_close(rig)}"
+        raise RigFault(f"{run.reason}; the store {store.path} is resumable once the rig is back: hbtest resume {store.path}") from None
     except KeyboardInterrupt as e:
-        status, cause = "interrupted", "signal"
-        reason = ("stopped by SIGTERM" if isinstance(e, Terminated) else "stopped by Ctrl+C during a point") + _close(rig)
+        run.status, run.cause = "interrupted", "signal"
+        run.reason = ("stopped by SIGTERM" if isinstance(e, Terminated) else "stopped by Ctrl+C during a point") + _close(rig)
         raise
     except UserError as e:
-        if cause != "store":  # a store write marked itself; anything else mid-run is marked here
-            status, cause, reason = "interrupted", "error", f"{e}{_close(rig)}"
+        if run.cause != "store":  # a store write marked itself; anything else mid-run is marked here
+            run.status, run.cause, run.reason = "interrupted", "error", f"{e}{_close(rig)}"
         raise
     except Exception as e:  # noqa: BLE001 - a fault of hbtest itself: one line, the store resumable
-        status, cause, reason = "interrupted", "error", f"unexpected {type(e).__name__}: {e}{_close(rig)}"
-        raise UnexpectedFault(f"{reason}; the store {store.path} is interrupted and resumable: hbtest resume {store.path}") from None
+        run.status, run.cause, run.reason = "interrupted", "error", f"unexpected {type(e).__name__}: {e}{_close(rig)}"
+        raise UnexpectedFault(f"{run.reason}; the store {store.path} is interrupted and resumable: hbtest resume {store.path}") from None
     finally:
         try:
-            store.set_status(status, wall_seconds=round(time.monotonic() - t_wall, 3), stop_cause=cause, stop_message=reason,
-                             **_rig_counters(rig))
+            store.set_status(run.status, wall_seconds=round(time.monotonic() - t_wall, 3), stop_cause=run.cause,
+                             stop_message=run.reason, **_rig_counters(rig))
         except OSError:
             pass  # the disk refused even the status; the done flags still tell what is finished
-    return status
+    return run.status
+
+
+@dataclass
+class _RunState:
+    """How the run ends: ``status`` (a store status), ``cause`` and ``reason`` (stored as
+    ``stop_cause`` / ``stop_message``); a failed store write marks itself here."""
+
+    status: str = "failed"
+    cause: str = ""
+    reason: str = ""
+
+
+def _requested(cfg: SweepConfig, store: RunStore, desc) -> tuple[np.ndarray, list[str]]:
+    """(frequency the sweep file asked for, note of the mains plan) of every slot (NaN and ""
+    for an arclength trace's open slots)."""
+    from .design import plan_mains
+
+    freqs = store.frequencies_hz  # as applied (a point moved off a mains multiple; NaN: an open arclength slot)
+    if not _gridded(cfg):
+        return np.full(freqs.size, np.nan), [""] * freqs.size
+    plan = plan_mains(cfg, desc.sensors)
+    notes = [n if np.isclose(a, f, rtol=1e-12) else "" for n, a, f in zip(plan.notes, plan.applied_hz, freqs)]
+    return cfg.sweep.frequencies_hz, notes
+
+
+class _PointWriter:
+    """Writes each finished point (the path's ``write(i, outcome, n, of)``): the stop explained,
+    the exact reference, the record, the event; returns why the sweep stops, or None."""
+
+    def __init__(self, cfg, store, rig, ns, desc, runner, reference, trace_ref, requested, notes, policy, say, run):
+        self.cfg, self.store, self.rig, self.ns, self.desc, self.runner = cfg, store, rig, ns, desc, runner
+        self.reference, self.trace_ref, self.requested, self.notes = reference, trace_ref, requested, notes
+        self.policy, self.say, self.run = policy, say, run
+
+    @classmethod
+    def start(cls, cfg, store, rig, ns, F, desc, requested, notes, policy, progress, run) -> "_PointWriter":
+        """The writer of this run, its references set up and the start announced."""
+        from .family import FamilyRunner
+
+        say = progress or (lambda *_: None)
+        done = store.done()
+        # the twin's exact reference of the emulated structure (linear closed form, or
+        # harmonic balance of the joined nonlinear structure continued along the sweep)
+        reference = rig.sweep_reference(ns) if isinstance(rig, ExactReference) else None
+        # force levels, active harmonics (auto), sync metrics: hbtest.family
+        runner = FamilyRunner(cfg, store, rig, ns, F, PointSettings.from_config(cfg), progress)
+        trace_ref = None
+        if not _gridded(cfg) and reference is not None:
+            from .continuation.reference import TraceReference
+
+            # an arclength trace turns at folds: its reference follows the measured branch
+            trace_ref = TraceReference(rig.ps_substructure, ns, F) if TraceReference.applies(rig, ns) else None
+        say(RunStarted(cfg.name, str(store.path), desc.identity, cfg.solver.profile, int((~done).sum()), done.size, store.attrs.get("seed")))
+        freqs = store.frequencies_hz
+        for i in np.flatnonzero(~done):
+            if _gridded(cfg) and freqs[i] != requested[i]:
+                say(PointMoved(int(i), float(requested[i]), float(freqs[i]), notes[i]))
+            elif notes[i]:
+                say(Notice(f"warning: point {i + 1}: {notes[i]}"))
+        return cls(cfg, store, rig, ns, desc, runner, reference, trace_ref, requested, notes, policy, say, run)
+
+    def __call__(self, i: int, out, n: int, of: int):
+        from .design import explain_stop
+
+        cfg, store, runner, run = self.cfg, self.store, self.runner, self.run
+        f = float(out.frequency_hz)
+        orders = np.asarray(runner.active)
+        out = replace(out, message=explain_stop(out.message, out.reason, f, orders, self.desc.sensors,
+                                                cfg.test.averaging_periods, [h.norm for h in out.history]))
+        if self.trace_ref is not None:
+            ref = self.trace_ref(f, orders, out.final.meas.displacement if out.final is not None else None)
+        else:
+            ref = self.reference(self.ns.substructure, runner.force_vector, f, orders) if self.reference is not None else None
+        gridded = _gridded(cfg)
+        rec = point_record(out, orders, runner.n_act, float(runner.amps[i]) if gridded else cfg.excitation.amplitude, ref,
+                           n_ch=len(store.evaluation_channels) or None,
+                           requested_hz=float(self.requested[i]) if gridded else None, note=self.notes[i])
+        try:
+            store.write_point(i, runner.finish(i, out, rec))
+        except OSError as e:
+            run.status, run.cause, run.reason = "interrupted", "store", f"cannot write point {i} ({f:g} Hz) to {store.path}: {e.strerror or e}"
+            raise StoreWriteError(f"{store.path}: {run.reason.split(': ', 1)[-1]}; the run stopped, free the space and `hbtest resume {store.path}`") from None
+        self.say(PointFinished(n, of, i, f, out.iterations, float((out.applied or out.final).norm) if out.final else float("nan"),
+                               float(out.rig_periods), bool(out.converged), out.reason, out.message))
+        stop_on = {"trip": cfg.sweep.on_trip, "overrange": cfg.sweep.on_overrange}.get(out.reason)
+        if out.reason == "trip" and stop_on != "stop" and isinstance(self.rig, Trips):
+            self.rig.clear_trip()  # the point is recorded as tripped; go on with the next
+        if stop_on == "stop":
+            return "interrupted", "rig", f"point at {f:g} Hz: {out.message} (sweep.on_{out.reason} = \"stop\")"
+        if self.policy.requested:
+            return "interrupted", "signal", "stopped by Ctrl+C after a finished point"
+        return None
 
 
 def _summary(store: RunStore, status: str, wall: float) -> RunFinished:
@@ -569,7 +606,7 @@ def resume(store_path, progress=None, seed=None, plot: bool | None = None):
         store.check_compatible(
             # a store written before the mains plan (no point notes) ran its grid as asked
             frequencies_hz=(_path(cfg)[0](cfg, plan_mains(cfg, rig_cfg.sensors))
-                            if store.has_point_notes or not _gridded(cfg) else cfg.sweep.frequencies_hz),
+                            if "frequency_requested" in store.variables or not _gridded(cfg) else cfg.sweep.frequencies_hz),
             harmonics=orders, actuators=rig_cfg.actuators,
             max_iterations=history_capacity(cfg.test.max_iterations, len(rig_cfg.actuators), orders) - 1,
         )

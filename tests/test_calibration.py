@@ -242,7 +242,7 @@ def _raw_store(tmp_path, rig, layout, freqs, V, periods=20):
         st.write_point(i, PointRecord(
             frequency_hz=f, interface_displacement=meas.displacement, interface_force=meas.force,
             numerical_displacement=exact.displacement, external_force=np.ones(1, complex), voltage=V,
-            displacement_variance=meas.displacement_variance, force_variance=meas.force_variance, converged=True,
+            interface_displacement_variance=meas.displacement_variance, interface_force_variance=meas.force_variance, converged=True,
             iterations=0, residual_norm=0.0, rig_periods=float(periods), history_voltage=V[None], history_residual=np.zeros((1, 2, 1), complex),
             history_residual_norm=np.zeros(1), history_periods=np.zeros(1), reference_interface_displacement=exact.displacement,
             raw_record=acq,

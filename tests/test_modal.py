@@ -94,7 +94,7 @@ def _forward_store(path, frequencies, draws, sigma_u, sigma_f, offset, seed=0):
         store.write_point(i, PointRecord(
             frequency_hz=float(f), interface_displacement=Ustar[:, None], interface_force=(DP @ Ustar)[:, None],
             numerical_displacement=Ustar[:, None], external_force=np.array([amp + 0j]), voltage=np.zeros((2, 1), complex),
-            displacement_variance=var_u, force_variance=var_f, converged=True, iterations=1, residual_norm=0.0, rig_periods=30.0,
+            interface_displacement_variance=var_u, interface_force_variance=var_f, converged=True, iterations=1, residual_norm=0.0, rig_periods=30.0,
             history_voltage=np.zeros((1, 2, 1), complex), history_residual=np.zeros((1, 2, 1), complex),
             history_residual_norm=np.array([0.0]), history_periods=np.array([30.0]), reference_interface_displacement=Ustar[:, None],
         ))

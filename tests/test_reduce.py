@@ -205,7 +205,7 @@ def test_reduced_store_records_both_calibrations_and_each_points_method(noisy):
             assert np.all(np.abs(F[0] - a.interface_force) <= 3 * np.sqrt(vF[0]))
         # and pooling only lowers the variance of the estimate below the one window's
         if a.solution_offset == 0:  # (at the pooled fit's solution the variance carries its extrapolation)
-            assert np.all(a.displacement_variance <= vU[0] * (1 + 1e-9)) and np.all(a.force_variance <= vF[0] * (1 + 1e-9))
+            assert np.all(a.interface_displacement_variance <= vU[0] * (1 + 1e-9)) and np.all(a.interface_force_variance <= vF[0] * (1 + 1e-9))
         else:  # a point reported at the pooled fit's solution states its uncertainty
             assert np.isfinite(a.displacement_uncertainty) and a.displacement_uncertainty > 0
     ds = open_run(noisy["tmp"] / "nominal.zarr")

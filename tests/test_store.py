@@ -78,8 +78,8 @@ def make_record(frequency_hz: float, orders, seed: int, *, noise: float = 2e-3, 
         numerical_displacement=UN,
         external_force=Fext,
         voltage=V,
-        displacement_variance=(noise * np.abs(U)) ** 2 / 30,
-        force_variance=(noise * np.abs(FP)) ** 2 / 30,
+        interface_displacement_variance=(noise * np.abs(U)) ** 2 / 30,
+        interface_force_variance=(noise * np.abs(FP)) ** 2 / 30,
         converged=converged,
         iterations=n_iter - 1,
         residual_norm=float(norms[-1]),
@@ -119,8 +119,8 @@ FIELDS = [
     ("numerical_displacement", "numerical_displacement"),
     ("external_force", "external_force"),
     ("voltage", "voltage"),
-    ("displacement_variance", "interface_displacement_variance"),
-    ("force_variance", "interface_force_variance"),
+    ("interface_displacement_variance", "interface_displacement_variance"),
+    ("interface_force_variance", "interface_force_variance"),
     ("reference_interface_displacement", "reference_interface_displacement"),
     ("excluded_energy_fraction", "excluded_energy_fraction"),
 ]
@@ -185,6 +185,37 @@ def test_schema_dims_dtypes_units(tmp_path):
     assert ds["interface_force"].attrs["dof_units"] == ["N", "N m"]
     assert ds["frequency"].attrs["units"] == "Hz"
     assert s.n_points == 7 and s.harmonics == (1, 3) and s.actuators == ACTUATORS and s.max_iterations == 6
+
+
+def test_every_store_variable_is_declared_once_in_the_table(tmp_path):
+    """The schema table (hbtest.store.variables.VARIABLES) is the one declaration of a store
+    variable: the point record's fields are its record variables under the store's names, a
+    store created with every option holds exactly its variables, each option allocates the
+    variables declaring it, and a write produces exactly the table's per-point variables."""
+    from dataclasses import fields
+
+    from hbtest.store.variables import CREATE_OPTIONS, RECORD_EXTRAS, RECORD_VARIABLES, SCHEMA, VARIABLES
+
+    assert {f.name for f in fields(PointRecord)} == set(RECORD_VARIABLES) | set(RECORD_EXTRAS)
+    assert not set(RECORD_EXTRAS) & set(SCHEMA)
+    coords = {"frequency", "point", "leg", "dof", "harmonic", "actuator", "iteration", "channel", "variable"}
+    every = dict(reference=True, raw_records=(("l1", "g1"), 64), sync=True, harmonic_active=True, channels=("l1", "g1"),
+                 design=True)
+    assert set(every) == set(CREATE_OPTIONS)
+    s = new_store(tmp_path / "all.zarr", [17.0, 18.0], **every)
+    assert s.variables - coords == set(SCHEMA)
+    for option in CREATE_OPTIONS:
+        only = dict(every, reference=False, raw_records=None, sync=False, harmonic_active=False, channels=None,
+                    design=False)
+        only[option] = every[option]
+        one = new_store(tmp_path / f"{option}.zarr", [17.0], **only)
+        assert one.variables - coords == {v.name for v in VARIABLES if v.when in (None, option)}, option
+    values = s.point_values(make_record(17.0, (1, 3), seed=1))
+    assert set(values) == {v.name for v in VARIABLES if v.source in ("record", "raw", "store")} - {"done"}
+    for name, value in values.items():  # in the table's dtype and the store's shape
+        var = SCHEMA[name]
+        assert np.asarray(value).dtype == np.dtype(var.dtype), name
+        assert np.asarray(value).shape == tuple(s.sizes[d] for d in var.dims), name
 
 
 def test_write_out_of_order_reads_back_exactly(tmp_path):

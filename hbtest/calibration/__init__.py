@@ -59,7 +59,9 @@ __all__ = [
 
 def combine(results, rig_identity: str, date_utc: str | None = None) -> CalibrationRecord:
     """One :class:`CalibrationRecord` from procedure results (later results win per value)."""
-    values, unc, details = {}, {}, {}
+    values: dict = {}
+    unc: dict = {}
+    details: dict = {}
     for r in results:
         for tgt, src in ((values, r.values), (unc, r.standard_uncertainty)):
             for k, v in src.items():

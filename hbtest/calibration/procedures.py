@@ -227,6 +227,38 @@ def _solve_betas(m: np.ndarray, P: np.ndarray, ref: int) -> np.ndarray:
     return beta
 
 
+def _motion_sensitivities(physical, chans, f: float) -> np.ndarray:
+    """(n_channels, 2) reading of each channel per unit clamp translation and rotation at ``f``:
+    a laser ``[1, position]``, a gauge the PS beam's strain per motion."""
+    S = beam_strain_per_motion(physical, [c.position for c in chans if c.kind == "strain_gauge"], f)
+    P, gi = np.zeros((len(chans), 2), complex), 0
+    for j, c in enumerate(chans):
+        if c.kind == "laser":
+            P[j] = [1.0, c.position]
+        else:
+            P[j] = S[gi]
+            gi += 1
+    return P
+
+
+def _probed_level(rig, desc, layout, settings: ChannelSettings, f: float, a: int, full_scale: float) -> float:
+    """Drive actuator ``a`` alone at ``f``: probe at ``probe_v``, then settle at the voltage that
+    brings the largest channel to ``target_fraction`` of full scale (capped); return it."""
+    n_act = len(desc.actuators)
+    e = np.zeros((n_act, 1), complex)
+    e[a, 0] = settings.probe_v
+    rig.set_demand(f, e, [1])
+    rig.wait(settings.settle_s * f)
+    probe = rig.acquire(max(2, settings.n_periods // 4))
+    peak = max(float(np.max(np.abs(np.asarray(probe.data[n], float)))) for n in layout.channel_names)
+    v = settings.probe_v * settings.target_fraction * full_scale / max(peak, MIN_PROBE_PEAK_V)
+    v = min(v, settings.voltage_fraction * desc.voltage_limit_v)
+    e[a, 0] = v
+    rig.set_demand(f, e, [1])
+    rig.wait(settings.settle_s * f)
+    return v
+
+
 def calibrate_channels(rig, physical, layout=None, settings: ChannelSettings = ChannelSettings()) -> ProcedureResult:
     """Gain and lag of every channel relative to the first laser (see module docstring).
     ``physical``: the PS beam (:class:`~hbtest.schema.BeamSpec`, the rig file's
@@ -246,27 +278,10 @@ def calibrate_channels(rig, physical, layout=None, settings: ChannelSettings = C
     rows = []  # (f, repeat, beta)
     levels = {}
     for f in settings.frequencies_hz:
-        S = beam_strain_per_motion(physical, [c.position for c in chans if c.kind == "strain_gauge"], f)
-        P, gi = np.zeros((len(chans), 2), complex), 0
-        for j, c in enumerate(chans):
-            if c.kind == "laser":
-                P[j] = [1.0, c.position]
-            else:
-                P[j] = S[gi]
-                gi += 1
+        P = _motion_sensitivities(physical, chans, f)
         per_cfg = []
         for a in range(n_act):
-            e = np.zeros((n_act, 1), complex)
-            e[a, 0] = settings.probe_v
-            rig.set_demand(f, e, [1])
-            rig.wait(settings.settle_s * f)
-            probe = rig.acquire(max(2, settings.n_periods // 4))
-            peak = max(float(np.max(np.abs(np.asarray(probe.data[n], float)))) for n in layout.channel_names)
-            v = settings.probe_v * settings.target_fraction * full_scale / max(peak, MIN_PROBE_PEAK_V)
-            v = min(v, settings.voltage_fraction * desc.voltage_limit_v)
-            e[a, 0] = v
-            rig.set_demand(f, e, [1])
-            rig.wait(settings.settle_s * f)
+            v = _probed_level(rig, desc, layout, settings, f, a, full_scale)
             levels[f"{f:g} Hz, actuator {desc.actuators[a]}"] = float(v)
             per_cfg.append([_coefficients(rig.acquire(settings.n_periods), layout, f, nuisance) for _ in range(settings.repeats)])
         for r in range(settings.repeats):

@@ -137,7 +137,7 @@ def apply_calibration(layout, record: CalibrationRecord):
         if name not in layout.channel_names:
             raise UserError(f"calibration record ({record.identification}): channel {name!r} is not in the layout ({', '.join(layout.channel_names)})")
         changes[name] = {CHANNEL_VALUES[k][0]: float(x) * CHANNEL_VALUES[k][1] for k, x in cv.items()}
-    extra = {"calibration": record.identification}
+    extra: dict[str, object] = {"calibration": record.identification}
     if "mains_hz" in vals:
         extra["mains_hz"] = float(vals["mains_hz"])
     return layout.with_channels(changes, **extra)

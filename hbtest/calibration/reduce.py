@@ -109,9 +109,8 @@ def reduce_store(src, record: CalibrationRecord, out, *, method: str | None = No
     ``ps_model_uncertainty``: relative standard uncertainty of the PS model on the
     ``model_jacobian`` path (default :data:`hbtest.calibration.resolve.PS_MODEL_UNCERTAINTY`).
     A store with neither is a :class:`UserError`."""
-    from ..point import NumericalSide, get_profile
     from ..store import RunStore
-    from .resolve import PS_MODEL_UNCERTAINTY, resolve_point
+    from .resolve import PS_MODEL_UNCERTAINTY
 
     if ps_model_uncertainty is None:
         ps_model_uncertainty = PS_MODEL_UNCERTAINTY
@@ -131,10 +130,46 @@ def reduce_store(src, record: CalibrationRecord, out, *, method: str | None = No
     original = SensorLayout.from_dict(attrs["sensor_layout"])
     layout = apply_calibration(original, record)
     if reject_mains is None:
-        try:
-            reject_mains = bool(get_profile(str(attrs.get("profile"))).reject_mains)
-        except ValueError:  # an unknown profile: average the mains only
-            reject_mains = False
+        reject_mains = _profile_rejects_mains(attrs)
+    new_attrs = _reduced_attrs(attrs, store, layout, record, method, reject_mains, ps_model_uncertainty)
+    warnings = []
+    if store.evaluation_channels and tuple(layout.mains_frequencies) != tuple(original.mains_frequencies):
+        warnings.append(f"the record changes the mains frequency ({original.mains_hz:g} -> {layout.mains_hz:g} Hz): the run's harmonic fits"
+                        f" rejected {original.mains_hz:g} Hz and channel coefficients cannot be refitted, so the mains' leakage stays in"
+                        " the re-solved points; re-run the sweep if it matters")
+    new = RunStore.create(out, frequencies_hz=store.frequencies_hz, harmonics=store.harmonics, actuators=store.actuators,
+                          max_iterations=store.max_iterations, attrs=new_attrs, overwrite=overwrite, reference="reference_interface_displacement" in store.variables,
+                          raw_records=(store.raw_channels, store.raw_max_samples) if store.raw_channels else None,
+                          channels=store.evaluation_channels or None)
+    done = store.done()
+    result = []
+    for i in range(store.n_points):
+        if not done[i]:
+            continue
+        rec = store.read_point(i)
+        acq = store.read_raw(i)
+        if models is not None and rec.history_channel_coefficients is not None:
+            result.append(_resolve_slot(store, new, i, rec, acq, models, layout, record, method, ps_model_uncertainty))
+        elif acq is not None:
+            result.append(_rereduce_slot(store, new, i, rec, acq, layout, record, method, reject_mains))
+    new.set_attrs(reduction=[dataclasses.asdict(p) for p in result], reduction_warnings=warnings)
+    new.set_status(str(attrs.get("status", "completed")) if attrs.get("status") in ("completed", "interrupted", "failed") else "completed")
+    return result
+
+
+def _profile_rejects_mains(attrs: dict) -> bool:
+    """Whether the run's solver profile rejects the mains in its harmonic fits."""
+    from ..point import get_profile
+
+    try:
+        return bool(get_profile(str(attrs.get("profile"))).reject_mains)
+    except ValueError:  # an unknown profile: average the mains only
+        return False
+
+
+def _reduced_attrs(attrs: dict, store, layout, record: CalibrationRecord, method: str, reject_mains: bool,
+                   ps_model_uncertainty: float) -> dict:
+    """The re-reduced store's attributes: the source's, with the new layout and the reduction's settings."""
     new_attrs = {k: v for k, v in attrs.items() if k not in ("hbtest_store", "schema_version", "status", "created_utc", "updated_utc", "finished_utc",
                                                               "calibration_record_original", "reduction")}
     new_attrs.update(
@@ -148,56 +183,47 @@ def reduce_store(src, record: CalibrationRecord, out, *, method: str | None = No
     )
     if attrs.get("calibration_record"):
         new_attrs["calibration_record_original"] = attrs["calibration_record"]
-    warnings = []
-    if store.evaluation_channels and tuple(layout.mains_frequencies) != tuple(original.mains_frequencies):
-        warnings.append(f"the record changes the mains frequency ({original.mains_hz:g} -> {layout.mains_hz:g} Hz): the run's harmonic fits"
-                        f" rejected {original.mains_hz:g} Hz and channel coefficients cannot be refitted, so the mains' leakage stays in"
-                        " the re-solved points; re-run the sweep if it matters")
-    new = RunStore.create(out, frequencies_hz=store.frequencies_hz, harmonics=store.harmonics, actuators=store.actuators,
-                          max_iterations=store.max_iterations, attrs=new_attrs, overwrite=overwrite, reference=store.has_reference,
-                          raw_records=(store.raw_channels, store.raw_max_samples) if store.raw_channels else None,
-                          channels=store.evaluation_channels or None)
+    return new_attrs
+
+
+def _resolve_slot(store, new, i: int, rec, acq, models, layout, record: CalibrationRecord, method: str,
+                  ps_model_uncertainty: float) -> ReducedPoint:
+    """Slot ``i`` re-solved from its per-evaluation channel coefficients (mode ``hybrid``)."""
+    from ..point import NumericalSide
+    from .resolve import resolve_point
+
+    f = float(store.frequencies_hz[i])
     orders = np.asarray(store.harmonics)
-    done = store.done()
-    result = []
-    for i in range(store.n_points):
-        if not done[i]:
-            continue
-        rec = store.read_point(i)
-        acq = store.read_raw(i)
-        f = float(store.frequencies_hz[i])
-        if models is not None and rec.history_channel_coefficients is not None:
-            cfg, ns, F, ps = models
-            num = NumericalSide.build(ns, F, f, orders)
-            r = resolve_point(voltages=rec.history_voltage, coefficients=rec.history_channel_coefficients, variance=rec.history_channel_variance,
-                              channel_names=store.evaluation_channels, layout=layout, frequency_hz=f, orders=orders, method=method, num=num,
-                              residual_form=cfg.test.residual, rotation_length=cfg.test.rotation_length, ps_model=ps,
-                              ps_model_uncertainty=ps_model_uncertainty)
-            note = f"re-solved with {record.identification}: {r.method} over {r.n_evaluations} evaluation(s)"
-            if np.isfinite(r.extrapolation):
-                note += f", |dV| = {r.voltage_change:.3g} V ({r.extrapolation:.2g} x the measured spread)"
-            if r.extrapolated:
-                note += " — EXTRAPOLATED beyond the measured voltages"
-            new.write_point(i, dataclasses.replace(
-                rec, interface_displacement=r.displacement, interface_force=r.force, numerical_displacement=r.numerical_displacement,
-                voltage=r.voltage, displacement_variance=r.displacement_variance, force_variance=r.force_variance,
-                residual_norm=r.residual_norm, converged=bool(r.method != "state_only" and r.residual_norm <= cfg.test.tolerance),
-                raw_record=acq, message=note,
-            ))
-            result.append(ReducedPoint(i, f, r.residual_norm, "hybrid", r.method, r.n_evaluations, r.voltage_change, r.extrapolation, r.extrapolated))
-            continue
-        if acq is None:
-            continue
-        meas = measure_interface(acq, layout, orders, method, reject_mains=reject_mains)
-        resid = meas.displacement - rec.numerical_displacement
-        norm = float(np.linalg.norm(resid))
-        new.write_point(i, dataclasses.replace(
-            rec, interface_displacement=meas.displacement, interface_force=meas.force,
-            displacement_variance=meas.displacement_variance, force_variance=meas.force_variance,
-            residual_norm=norm, raw_record=acq,
-            message=(rec.message + "; " if rec.message else "") + f"re-reduced with {record.identification}",
-        ))
-        result.append(ReducedPoint(i, f, norm))
-    new.set_attrs(reduction=[dataclasses.asdict(p) for p in result], reduction_warnings=warnings)
-    new.set_status(str(attrs.get("status", "completed")) if attrs.get("status") in ("completed", "interrupted", "failed") else "completed")
-    return result
+    cfg, ns, F, ps = models
+    num = NumericalSide.build(ns, F, f, orders)
+    r = resolve_point(voltages=rec.history_voltage, coefficients=rec.history_channel_coefficients, variance=rec.history_channel_variance,
+                      channel_names=store.evaluation_channels, layout=layout, frequency_hz=f, orders=orders, method=method, num=num,
+                      residual_form=cfg.test.residual, rotation_length=cfg.test.rotation_length, ps_model=ps,
+                      ps_model_uncertainty=ps_model_uncertainty)
+    note = f"re-solved with {record.identification}: {r.method} over {r.n_evaluations} evaluation(s)"
+    if np.isfinite(r.extrapolation):
+        note += f", |dV| = {r.voltage_change:.3g} V ({r.extrapolation:.2g} x the measured spread)"
+    if r.extrapolated:
+        note += " — EXTRAPOLATED beyond the measured voltages"
+    new.write_point(i, dataclasses.replace(
+        rec, interface_displacement=r.displacement, interface_force=r.force, numerical_displacement=r.numerical_displacement,
+        voltage=r.voltage, interface_displacement_variance=r.displacement_variance, interface_force_variance=r.force_variance,
+        residual_norm=r.residual_norm, converged=bool(r.method != "state_only" and r.residual_norm <= cfg.test.tolerance),
+        raw_record=acq, message=note,
+    ))
+    return ReducedPoint(i, f, r.residual_norm, "hybrid", r.method, r.n_evaluations, r.voltage_change, r.extrapolation, r.extrapolated)
+
+
+def _rereduce_slot(store, new, i: int, rec, acq, layout, record: CalibrationRecord, method: str,
+                   reject_mains: bool) -> ReducedPoint:
+    """Slot ``i`` re-reduced from its raw final window (mode ``final_window``)."""
+    meas = measure_interface(acq, layout, np.asarray(store.harmonics), method, reject_mains=reject_mains)
+    resid = meas.displacement - rec.numerical_displacement
+    norm = float(np.linalg.norm(resid))
+    new.write_point(i, dataclasses.replace(
+        rec, interface_displacement=meas.displacement, interface_force=meas.force,
+        interface_displacement_variance=meas.displacement_variance, interface_force_variance=meas.force_variance,
+        residual_norm=norm, raw_record=acq,
+        message=(rec.message + "; " if rec.message else "") + f"re-reduced with {record.identification}",
+    ))
+    return ReducedPoint(i, float(store.frequencies_hz[i]), norm)

@@ -276,6 +276,69 @@ def _relative_force_variance(F, vF) -> float:
     return float(np.sum(np.asarray(vF) / np.maximum(np.abs(F) ** 2, 1e-300)))
 
 
+def _affine_model(x, x_ref, U, F, vU, vF, orders):
+    """The real affine fit of the packed interface state over the packed voltages: a model
+    ``xv -> (U, F, var U, var F)``, or None when the design is too ill-conditioned."""
+    n_ok = x.shape[0]
+    Y = np.concatenate([harmonics.pack(U, orders).reshape(n_ok, -1), harmonics.pack(F, orders).reshape(n_ok, -1)], axis=1)
+    vY = np.concatenate([_packed_variance(vU, orders).reshape(n_ok, -1), _packed_variance(vF, orders).reshape(n_ok, -1)], axis=1)
+    theta, cov, cond = fit_affine(x - x_ref, Y, vY)
+    if not cond < MAX_DESIGN_CONDITION:
+        return None
+
+    def real_model(xv, theta=theta, cov=cov):
+        z = np.concatenate([[1.0], xv - x_ref])
+        return (*_unpack_y(z @ theta, orders), *_unpack_var(np.einsum("i,rij,j->r", z, cov, z), orders))
+
+    return real_model
+
+
+def _complex_fits(Vs, U, F, vU, vF, orders) -> list:
+    """Per harmonic, the complex affine fit of (U, F) over the voltages about the final one:
+    ``[(theta, cov), ...]``, or [] when any design is too ill-conditioned."""
+    fits = []
+    for i in range(orders.size):
+        Z = np.concatenate([U[:, :, i], F[:, :, i]], axis=1)
+        vZ = np.concatenate([vU[:, :, i], vF[:, :, i]], axis=1)
+        th, cv, cond = fit_complex(Vs[:, :, i], Z, vZ, Vs[-1, :, i])
+        if not cond < MAX_DESIGN_CONDITION:
+            return []
+        fits.append((th, cv))
+    return fits
+
+
+def _complex_model(fits, Vs, orders, n_act: int):
+    """The per-harmonic complex fits as a model ``xv -> (U, F, var U, var F)``."""
+    def complex_model(xv, fits=fits):
+        V = harmonics.unpack(xv.reshape(n_act, -1), orders)
+        Z = np.empty((4, orders.size), dtype=complex)
+        vZ = np.empty((4, orders.size))
+        for i, (th, cv) in enumerate(fits):
+            z = np.concatenate([[1.0], V[:, i] - Vs[-1, :, i]])
+            Z[:, i] = z @ th
+            vZ[:, i] = np.real(np.einsum("i,rij,j->r", z.conj(), cv, z))
+        return Z[:2], Z[2:], vZ[:2], vZ[2:]
+
+    return complex_model
+
+
+def _model_jacobian_state(num, ps_model, frequency_hz: float, orders, anchor, fits, Vs, ps_model_uncertainty: float):
+    """(voltage or None, U, F, var U, var F) of the ``model_jacobian`` candidate: one Newton step
+    from ``anchor`` with the PS model's dynamic stiffness; the voltage from the complex fits."""
+    Ua, Fa, vUa, vFa = anchor
+    DP = ps_model.dynamic_stiffness(2j * np.pi * frequency_hz * orders)
+    R = Ua - num.numerical_displacement(Fa)
+    dU = -np.einsum("kij,kjl,lk->ik", np.linalg.inv(num.D + DP), num.D, R)
+    dF = np.einsum("kij,jk->ik", DP, dU)
+    Us = Ua + dU
+    best_x = None
+    if fits:  # the voltage that moves the fitted (precise) displacement map to U*
+        Vk = np.stack([Vs[-1, :, i] + np.linalg.lstsq(th[1:, :2].T, Us[:, i] - th[0, :2], rcond=None)[0]
+                       for i, (th, _) in enumerate(fits)], axis=1)
+        best_x = harmonics.pack(Vk, orders).reshape(-1)
+    return best_x, Us, Fa + dF, vUa, vFa + (float(ps_model_uncertainty) * np.abs(dF)) ** 2
+
+
 def resolve_point(*, voltages, coefficients, variance, channel_names, layout, frequency_hz: float, orders, method: str,
                   num, residual_form: str = "displacement", rotation_length: float = 0.1, ps_model=None,
                   ps_model_uncertainty: float = PS_MODEL_UNCERTAINTY) -> Resolved:
@@ -314,59 +377,22 @@ def resolve_point(*, voltages, coefficients, variance, channel_names, layout, fr
 
     candidates = []
     # 1. real affine fit over the packed voltages (general: nonlinear rigs to first order)
-    if n_ok >= nv + 1:
-        Y = np.concatenate([harmonics.pack(U, orders).reshape(n_ok, -1), harmonics.pack(F, orders).reshape(n_ok, -1)], axis=1)
-        vY = np.concatenate([_packed_variance(vU, orders).reshape(n_ok, -1), _packed_variance(vF, orders).reshape(n_ok, -1)], axis=1)
-        theta, cov, cond = fit_affine(x - x_ref, Y, vY)
-        if cond < MAX_DESIGN_CONDITION:
-            def real_model(xv, theta=theta, cov=cov):
-                z = np.concatenate([[1.0], xv - x_ref])
-                return (*_unpack_y(z @ theta, orders), *_unpack_var(np.einsum("i,rij,j->r", z, cov, z), orders))
-
-            xv = _newton(residual_of(real_model), x_ref)
-            candidates.append(result("affine_fit", xv, *real_model(xv)))
+    real_model = _affine_model(x, x_ref, U, F, vU, vF, orders) if n_ok >= nv + 1 else None
+    if real_model is not None:
+        xv = _newton(residual_of(real_model), x_ref)
+        candidates.append(result("affine_fit", xv, *real_model(xv)))
     # 2. per-harmonic complex fit (linear time-invariant physical side): n_act + 1 evaluations
-    fits = []
-    if n_ok >= n_act + 1:
-        for i in range(orders.size):
-            Z = np.concatenate([U[:, :, i], F[:, :, i]], axis=1)
-            vZ = np.concatenate([vU[:, :, i], vF[:, :, i]], axis=1)
-            th, cv, cond = fit_complex(Vs[:, :, i], Z, vZ, Vs[-1, :, i])
-            if not cond < MAX_DESIGN_CONDITION:
-                fits = []
-                break
-            fits.append((th, cv))
+    fits = _complex_fits(Vs, U, F, vU, vF, orders) if n_ok >= n_act + 1 else []
     if fits:
-        def complex_model(xv, fits=fits):
-            V = harmonics.unpack(xv.reshape(n_act, -1), orders)
-            Z = np.empty((4, orders.size), dtype=complex)
-            vZ = np.empty((4, orders.size))
-            for i, (th, cv) in enumerate(fits):
-                z = np.concatenate([[1.0], V[:, i] - Vs[-1, :, i]])
-                Z[:, i] = z @ th
-                vZ[:, i] = np.real(np.einsum("i,rij,j->r", z.conj(), cv, z))
-            return Z[:2], Z[2:], vZ[:2], vZ[2:]
-
+        complex_model = _complex_model(fits, Vs, orders, n_act)
         xv = _newton(residual_of(complex_model), x_ref)
         candidates.append(result("complex_fit", xv, *complex_model(xv)))
     # 3. the PS model's dynamic stiffness from an anchor: the complex fit's prediction at the
     # final voltage (all evaluations averaged) or else the final evaluation
     if ps_model is not None and num.is_linear:
-        if fits:
-            Ua, Fa, vUa, vFa = complex_model(x_ref)
-        else:
-            Ua, Fa, vUa, vFa = U[-1], F[-1], vU[-1], vF[-1]
-        DP = ps_model.dynamic_stiffness(2j * np.pi * frequency_hz * orders)
-        R = Ua - num.numerical_displacement(Fa)
-        dU = -np.einsum("kij,kjl,lk->ik", np.linalg.inv(num.D + DP), num.D, R)
-        dF = np.einsum("kij,jk->ik", DP, dU)
-        Us = Ua + dU
-        best_x = None
-        if fits:  # the voltage that moves the fitted (precise) displacement map to U*
-            Vk = np.stack([Vs[-1, :, i] + np.linalg.lstsq(th[1:, :2].T, Us[:, i] - th[0, :2], rcond=None)[0]
-                           for i, (th, _) in enumerate(fits)], axis=1)
-            best_x = harmonics.pack(Vk, orders).reshape(-1)
-        candidates.append(result("model_jacobian", best_x, Us, Fa + dF, vUa, vFa + (float(ps_model_uncertainty) * np.abs(dF)) ** 2))
+        anchor = complex_model(x_ref) if fits else (U[-1], F[-1], vU[-1], vF[-1])
+        candidates.append(result("model_jacobian", *_model_jacobian_state(num, ps_model, frequency_hz, orders, anchor, fits, Vs,
+                                                                         ps_model_uncertainty)))
     if candidates:
         return min(candidates, key=lambda r: _relative_force_variance(r.force, r.force_variance))
     return result("state_only", None, U[-1], F[-1], vU[-1], vF[-1])

@@ -186,62 +186,62 @@ class ClassicalResult:
 
 
 
-def simulate(system: HybridSystem, transfer: TransferSystem, compensator: Compensator | None = None,
-             dt: float = 2e-4, duration: float = 2.0, excitation: Excitation = Excitation(),
-             initial_displacement=None, emulated: bool = True, blowup: float = 1e6) -> ClassicalResult:
-    """Run a classical real-time hybrid test (see the module docstring for the loop and the
-    integrator). ``transfer.delay`` must be at least ``dt`` and at most ``duration``; the run
-    at most :data:`MAX_STEPS` steps (:func:`check_run_size`). ``initial_displacement``: NS
-    DOF displacements at ``t = 0`` [m | rad] (history: at rest, command zero before 0).
-    ``emulated``: also simulate the emulated structure for the global error. The run stops
-    early (``blew_up``) when the demand or the actuator displacement of a channel exceeds
-    ``blowup`` times that channel's largest emulated (or initial) displacement."""
-    if not (math.isfinite(dt) and dt > 0):
-        raise ValueError("dt must be positive")
-    if transfer.delay < dt * (1 - 1e-9):
-        raise ValueError(f"the transfer delay ({transfer.delay:g} s) must be at least one time step ({dt:g} s): a digital loop has one step of latency")
-    n_steps = check_run_size(dt, duration, transfer.delay)
-    comp = NoCompensation() if compensator is None else compensator
-    nc = system.n_ch
-    An, Bn, Cz, Czd, Czdd, Dzdd = ns_state_space(system.ns, system.force * excitation.amplitude)
-    Phin, Gan, Gbn = discretize_foh(An, Bn, dt)
-    Ap, Bp, Cr, Dr, Cx, Dx = plant_state_space(transfer, system.ps)
-    Php, Gap, Gbp = discretize_foh(Ap, Bp, dt)
-    t = dt * np.arange(n_steps + 1)
-    harm = excitation.harmonic(t)  # (n_steps + 1, 2)
-    nn = system.ns.structure.n_dof
-    xn = np.zeros(2 * nn)
-    if initial_displacement is not None:
-        xn[:nn] = np.asarray(initial_displacement, dtype=float)
-    xp = np.zeros(Ap.shape[0])
+@dataclass(frozen=True)
+class _DiscreteLoop:
+    """The loop's discrete-time matrices (first-order hold): the NS state update split into its
+    feedback part (``_r``) and the harmonic drive (``_h``), the NS outputs (z, z', z'') and the
+    plant (transfer system with the PS) from the delayed command to (r, x)."""
 
+    Phin: np.ndarray
+    Gan_r: np.ndarray
+    Gbn_r: np.ndarray
+    Gan_h: np.ndarray
+    Gbn_h: np.ndarray
+    Cz3: np.ndarray
+    Dz3_r: np.ndarray
+    acc_h: np.ndarray
+    harm: np.ndarray
+    Php: np.ndarray
+    Gap: np.ndarray
+    Gbp: np.ndarray
+    Cpl: np.ndarray
+    Dpl: np.ndarray
+
+    @classmethod
+    def build(cls, system: HybridSystem, transfer: TransferSystem, excitation: Excitation, dt: float, t) -> "_DiscreteLoop":
+        nc = system.n_ch
+        An, Bn, Cz, Czd, Czdd, Dzdd = ns_state_space(system.ns, system.force * excitation.amplitude)
+        Phin, Gan, Gbn = discretize_foh(An, Bn, dt)
+        Ap, Bp, Cr, Dr, Cx, Dx = plant_state_space(transfer, system.ps)
+        Php, Gap, Gbp = discretize_foh(Ap, Bp, dt)
+        harm = excitation.harmonic(t)  # (n_steps + 1, 2)
+        return cls(Phin=Phin, Gan_r=Gan[:, :nc], Gbn_r=Gbn[:, :nc], Gan_h=Gan[:, nc:], Gbn_h=Gbn[:, nc:],
+                   Cz3=np.vstack([Cz, Czd, Czdd]),  # (3 nc, 2 nn)
+                   Dz3_r=np.vstack([np.zeros((2 * nc, nc)), Dzdd[:, :nc]]),
+                   acc_h=harm @ Dzdd[:, nc:].T,  # (n_steps + 1, nc)
+                   harm=harm, Php=Php, Gap=Gap, Gbp=Gbp, Cpl=np.vstack([Cr, Cx]), Dpl=np.vstack([Dr, Dx]))
+
+
+def _blowup_limit(system: HybridSystem, dt: float, duration: float, excitation: Excitation, initial_displacement,
+                  emulated: bool, blowup: float):
+    """(the emulated structure's interface response or None, the per-channel blow-up limit)."""
     zem = None
-    ref = np.zeros(nc)
+    ref = np.zeros(system.n_ch)
     if emulated:
         zem = simulate_emulated(system, dt, duration, excitation, initial_displacement)
         ref = np.abs(zem).max(axis=0)
     if initial_displacement is not None:
         ref = np.maximum(ref, np.abs(np.asarray(initial_displacement, dtype=float)[system.ns.interface_index]))
-    limit = np.where(ref > 0, blowup * ref, np.inf)
+    return zem, np.where(ref > 0, blowup * ref, np.inf)
 
-    # split the NS input matrices into the feedback part (r) and the harmonic drive
-    Gan_r, Gbn_r = Gan[:, :nc], Gbn[:, :nc]
-    Gan_h, Gbn_h = Gan[:, nc:], Gbn[:, nc:]
-    Cz3 = np.vstack([Cz, Czd, Czdd])  # (3 nc, 2 nn)
-    Dz3_r = np.vstack([np.zeros((2 * nc, nc)), Dzdd[:, :nc]])
-    acc_h = harm @ Dzdd[:, nc:].T  # (n_steps + 1, nc)
-    Cpl = np.vstack([Cr, Cx])
-    Dpl = np.vstack([Dr, Dx])
-    # the delayed command at step k: linear interpolation at k - dpos
-    dpos = max(transfer.delay / dt, 1.0)
-    jd = int(math.floor(dpos + 1e-12))
-    fd = dpos - jd  # u(k - dpos) = (1 - fd) u[k - jd] + fd u[k - jd - 1]
 
-    pad = max(HISTORY_PAD_STEPS, jd + 2, int(getattr(comp, "n_samples", 0)) + 1)
-    Z = History(n_steps, (3, nc), pad)
-    U = History(n_steps, (3, nc), pad)
-    X = History(n_steps, (nc,), pad)
-    R = np.zeros((n_steps + 1, nc))
+def _march(m: _DiscreteLoop, comp, Z, U, X, R, xn, limit, n_steps: int, dt: float, jd: int, fd: float, pad: int):
+    """Step the loop from rest (the plant at rest, the NS at ``xn``), filling the histories;
+    returns (last step, blew up)."""
+    nc = R.shape[1]
+    Phin, Gan_r, Gbn_r, Gan_h, Gbn_h, Cz3, Dz3_r = m.Phin, m.Gan_r, m.Gbn_r, m.Gan_h, m.Gbn_h, m.Cz3, m.Dz3_r
+    acc_h, harm, Php, Gap, Gbp, Cpl, Dpl = m.acc_h, m.harm, m.Php, m.Gap, m.Gbp, m.Cpl, m.Dpl
+    xp = np.zeros(Php.shape[0])
     Ua = U.a
     Ua_flat = Ua.reshape(Ua.shape[0], -1)
 
@@ -262,8 +262,6 @@ def simulate(system: HybridSystem, transfer: TransferSystem, compensator: Compen
     X[0], R[0] = y0[nc:], r0
     comp.start(dt, nc, n_steps)
     U[0] = comp.command(0, Z, X)
-    last = n_steps
-    blew = False
     Za, Xa, zp = Z.a, X.a, Z.pad
     drive, k0 = None, 0
     for k in range(n_steps):
@@ -284,8 +282,44 @@ def simulate(system: HybridSystem, transfer: TransferSystem, compensator: Compen
         Ua[k + 1 + pad] = comp.command(k + 1, Z, X)
         w0, r0 = w1, r1
         if np.any(np.abs(z3[:nc]) > limit) or np.any(np.abs(y1[nc:]) > limit) or not np.all(np.isfinite(z3[:nc])):
-            last, blew = k + 1, True
-            break
+            return k + 1, True
+    return n_steps, False
+
+
+def simulate(system: HybridSystem, transfer: TransferSystem, compensator: Compensator | None = None,
+             dt: float = 2e-4, duration: float = 2.0, excitation: Excitation = Excitation(),
+             initial_displacement=None, emulated: bool = True, blowup: float = 1e6) -> ClassicalResult:
+    """Run a classical real-time hybrid test (see the module docstring for the loop and the
+    integrator). ``transfer.delay`` must be at least ``dt`` and at most ``duration``; the run
+    at most :data:`MAX_STEPS` steps (:func:`check_run_size`). ``initial_displacement``: NS
+    DOF displacements at ``t = 0`` [m | rad] (history: at rest, command zero before 0).
+    ``emulated``: also simulate the emulated structure for the global error. The run stops
+    early (``blew_up``) when the demand or the actuator displacement of a channel exceeds
+    ``blowup`` times that channel's largest emulated (or initial) displacement."""
+    if not (math.isfinite(dt) and dt > 0):
+        raise ValueError("dt must be positive")
+    if transfer.delay < dt * (1 - 1e-9):
+        raise ValueError(f"the transfer delay ({transfer.delay:g} s) must be at least one time step ({dt:g} s): a digital loop has one step of latency")
+    n_steps = check_run_size(dt, duration, transfer.delay)
+    comp = NoCompensation() if compensator is None else compensator
+    nc = system.n_ch
+    t = dt * np.arange(n_steps + 1)
+    m = _DiscreteLoop.build(system, transfer, excitation, dt, t)
+    nn = system.ns.structure.n_dof
+    xn = np.zeros(2 * nn)
+    if initial_displacement is not None:
+        xn[:nn] = np.asarray(initial_displacement, dtype=float)
+    zem, limit = _blowup_limit(system, dt, duration, excitation, initial_displacement, emulated, blowup)
+    # the delayed command at step k: linear interpolation at k - dpos
+    dpos = max(transfer.delay / dt, 1.0)
+    jd = int(math.floor(dpos + 1e-12))
+    fd = dpos - jd  # u(k - dpos) = (1 - fd) u[k - jd] + fd u[k - jd - 1]
+    pad = max(HISTORY_PAD_STEPS, jd + 2, int(getattr(comp, "n_samples", 0)) + 1)
+    Z = History(n_steps, (3, nc), pad)
+    U = History(n_steps, (3, nc), pad)
+    X = History(n_steps, (nc,), pad)
+    R = np.zeros((n_steps + 1, nc))
+    last, blew = _march(m, comp, Z, U, X, R, xn, limit, n_steps, dt, jd, fd, pad)
     sl = slice(0, last + 1)
     tr = {key: v[sl] for key, v in comp.trace().items()}
     return ClassicalResult(

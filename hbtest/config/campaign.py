@@ -34,7 +34,7 @@ CAMPAIGN_FIGURES = {
     "stability": ("critical_delay_ms", "critical_frequency_hz"),
 }
 #: ``[analysis]`` settings of each kind: name -> (default, meaning); None = required
-CAMPAIGN_ANALYSIS = {
+CAMPAIGN_ANALYSIS: dict[str, dict[str, float | None]] = {
     "sweep": {},
     "classical": {"delay_ms": None, "dt_ms": 0.2, "duration_s": 6.0, "actuator_hz": 0.0},
     "stability": {"cutoff_hz": 500.0, "tau_max_s": 1.0, "elements_per_metre": 0.0},
@@ -145,6 +145,7 @@ def load_campaign(path, overrides=(), text: str | None = None) -> CampaignConfig
     description = top.string("description", "")
     kind = top.string("kind", "sweep", choices=CAMPAIGN_KINDS)
     base = top.path("base", base_dir)
+    assert base is not None  # a required key: Section.path raised without it
     sets = []
     for key in ("set", "rig_set"):
         raw = top.value(key, [])
@@ -157,46 +158,9 @@ def load_campaign(path, overrides=(), text: str | None = None) -> CampaignConfig
     rig_seed = top.string("rig_seed", "per-case", choices=("per-case", "file"))
     keep_runs = top.boolean("keep_runs", False)
 
-    an = top.sub("analysis", required=False)
-    analysis = {}
-    for key, default in CAMPAIGN_ANALYSIS[kind].items():
-        if default is None:
-            analysis[key] = an.number(key, None, required=False, positive=True)
-        else:
-            analysis[key] = an.number(key, default, nonnegative=True)
-    an.finish()
-
-    grid = []
-    for g in top.subs("grid"):
-        key = g.string("key")
-        target, kpath = _campaign_key(g, key, "key")
-        if g.has("values"):
-            values = _scalar_values(g, "values", g.value("values"))
-        else:
-            start, stop = g.number("start"), g.number("stop")
-            num = g.integer("num", min=1, max=MAX_CAMPAIGN_CASES)
-            values = tuple(float(v) for v in np.linspace(start, stop, num))
-        grid.append(CampaignParameter(key, target, kpath, values=values, also=_also(g)))
-        g.finish()
-
-    random = []
-    for r in top.subs("random"):
-        key = r.string("key")
-        target, kpath = _campaign_key(r, key, "key")
-        dist = r.string("distribution", choices=CAMPAIGN_DISTRIBUTIONS)
-        if dist == "uniform":
-            low, high = r.number("low"), r.number("high")
-            if not high > low:
-                raise r.error("high", f"must exceed low ({low:g})")
-            args = (low, high)
-        elif dist == "normal":
-            args = (r.number("mean"), r.number("std", nonnegative=True))
-        elif dist == "lognormal":
-            args = (r.number("median", positive=True), r.number("sigma", nonnegative=True))
-        else:
-            args = _scalar_values(r, "values", r.value("values"))
-        random.append(CampaignParameter(key, target, kpath, distribution=dist, arguments=args, also=_also(r)))
-        r.finish()
+    analysis = _read_analysis(top.sub("analysis", required=False), kind)
+    grid = [_read_grid(g) for g in top.subs("grid")]
+    random = [_read_random(r) for r in top.subs("random")]
     # draws without [[random]]: repeats of each grid point (noise only through the per-case rig seed)
     draws = top.integer("draws", 1, min=1, max=MAX_CAMPAIGN_CASES)
     keys = [p.key for p in grid + random] + [a[2] for p in grid + random for a in p.also]
@@ -206,13 +170,7 @@ def load_campaign(path, overrides=(), text: str | None = None) -> CampaignConfig
 
     if kind == "classical" and analysis["delay_ms"] is None and "analysis:delay_ms" not in keys:
         raise top.error("analysis.delay_ms", "a classical campaign needs the actuator delay (here or varied as analysis:delay_ms)")
-    known = CAMPAIGN_FIGURES[kind]
-    figures = top.value("figures", list(known))
-    if not isinstance(figures, list) or not figures or not all(isinstance(f, str) for f in figures):
-        raise top.error("figures", f"must be a non-empty list of figure names ({', '.join(known)})")
-    for f in figures:
-        if f not in known:
-            raise top.error("figures", f"{f!r} is not a figure of a {kind} campaign ({', '.join(known)})")
+    figures = _read_figures(top, kind)
     for p in grid + random:
         for target, kpath, key in ((p.target, p.path, p.key),) + p.also:
             if target == "analysis" and kpath not in CAMPAIGN_ANALYSIS[kind]:
@@ -224,5 +182,66 @@ def load_campaign(path, overrides=(), text: str | None = None) -> CampaignConfig
     if cfg.n_cases > MAX_CAMPAIGN_CASES:
         raise ConfigError(src.path, "grid", f"{cfg.n_cases} cases exceed the {MAX_CAMPAIGN_CASES} one campaign store holds")
     return cfg
+
+
+def _read_analysis(an: Section, kind: str) -> dict:
+    """``[analysis]``: the kind's settings (:data:`CAMPAIGN_ANALYSIS`)."""
+    analysis = {}
+    for key, default in CAMPAIGN_ANALYSIS[kind].items():
+        if default is None:
+            analysis[key] = an.number(key, None, required=False, positive=True)
+        else:
+            analysis[key] = an.number(key, default, nonnegative=True)
+    an.finish()
+    return analysis
+
+
+def _read_grid(g: Section) -> CampaignParameter:
+    """One ``[[grid]]`` parameter: ``values`` or ``start`` / ``stop`` / ``num``."""
+    key = g.string("key")
+    target, kpath = _campaign_key(g, key, "key")
+    if g.has("values"):
+        values = _scalar_values(g, "values", g.value("values"))
+    else:
+        start, stop = g.number("start"), g.number("stop")
+        num = g.integer("num", min=1, max=MAX_CAMPAIGN_CASES)
+        values = tuple(float(v) for v in np.linspace(start, stop, num))
+    param = CampaignParameter(key, target, kpath, values=values, also=_also(g))
+    g.finish()
+    return param
+
+
+def _read_random(r: Section) -> CampaignParameter:
+    """One ``[[random]]`` parameter: ``distribution`` and its arguments."""
+    key = r.string("key")
+    target, kpath = _campaign_key(r, key, "key")
+    dist = r.string("distribution", choices=CAMPAIGN_DISTRIBUTIONS)
+    args: tuple
+    if dist == "uniform":
+        low, high = r.number("low"), r.number("high")
+        if not high > low:
+            raise r.error("high", f"must exceed low ({low:g})")
+        args = (low, high)
+    elif dist == "normal":
+        args = (r.number("mean"), r.number("std", nonnegative=True))
+    elif dist == "lognormal":
+        args = (r.number("median", positive=True), r.number("sigma", nonnegative=True))
+    else:
+        args = _scalar_values(r, "values", r.value("values"))
+    param = CampaignParameter(key, target, kpath, distribution=dist, arguments=args, also=_also(r))
+    r.finish()
+    return param
+
+
+def _read_figures(top: Section, kind: str) -> list:
+    """``figures``: names among the kind's (default: all of them)."""
+    known = CAMPAIGN_FIGURES[kind]
+    figures = top.value("figures", list(known))
+    if not isinstance(figures, list) or not figures or not all(isinstance(f, str) for f in figures):
+        raise top.error("figures", f"must be a non-empty list of figure names ({', '.join(known)})")
+    for f in figures:
+        if f not in known:
+            raise top.error("figures", f"{f!r} is not a figure of a {kind} campaign ({', '.join(known)})")
+    return figures
 
 

@@ -47,6 +47,25 @@ class ChainConfig:
         )
 
 
+def _dofs(sp: Section, key: str, required: bool, n: int) -> tuple[int, ...]:
+    """A ``[split]`` list of DOFs (names ``"x0"``.. or indices) of a chain of ``n`` masses."""
+    raw = sp._get(key, [], required)
+    if not isinstance(raw, list):
+        raise sp.error(key, "must be a list of DOF names (x0, x1, ...) or indices")
+    out = []
+    for x in raw:
+        if isinstance(x, str) and x.startswith("x") and x[1:].isdigit():
+            i = int(x[1:])
+        elif isinstance(x, int) and not isinstance(x, bool):
+            i = x
+        else:
+            raise sp.error(key, f"{x!r} is not a DOF name like 'x0' or an index")
+        if not 0 <= i < n:
+            raise sp.error(key, f"DOF {x!r} outside x0..x{n - 1}")
+        out.append(i)
+    return tuple(out)
+
+
 def load_chain(path, overrides=(), text: str | None = None) -> ChainConfig:
     """Parse and validate a lumped-chain file: ``[chain]`` (``masses_kg``,
     ``springs_n_per_m``, optional ``dampers_n_s_per_m``, ``left_wall`` = true,
@@ -77,26 +96,8 @@ def load_chain(path, overrides=(), text: str | None = None) -> ChainConfig:
     ch.finish()
 
     sp = top.sub("split")
-
-    def dofs(key, required):
-        raw = sp._get(key, [], required)
-        if not isinstance(raw, list):
-            raise sp.error(key, "must be a list of DOF names (x0, x1, ...) or indices")
-        out = []
-        for x in raw:
-            if isinstance(x, str) and x.startswith("x") and x[1:].isdigit():
-                i = int(x[1:])
-            elif isinstance(x, int) and not isinstance(x, bool):
-                i = x
-            else:
-                raise sp.error(key, f"{x!r} is not a DOF name like 'x0' or an index")
-            if not 0 <= i < n:
-                raise sp.error(key, f"DOF {x!r} outside x0..x{n - 1}")
-            out.append(i)
-        return tuple(out)
-
-    interface = dofs("interface", True)
-    physical_masses = dofs("physical_masses", False)
+    interface = _dofs(sp, "interface", True, n)
+    physical_masses = _dofs(sp, "physical_masses", False, n)
     links = sp.numbers("physical_links", [], integer=True)
     for i in links:
         if not 0 <= i < n_links:

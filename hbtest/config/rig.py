@@ -70,73 +70,18 @@ def read_sensors(sec: Section, calibrated: bool = True):
     ``calibration`` (optional): a calibration record (JSON, :mod:`hbtest.calibration`) whose
     values replace the nominal ones for the reduction (``calibrated=False``: the nominal layout,
     the rig file's own values, which a rig kind may need — the twin simulates them)."""
-    from ..sensors import CHANNEL_KINDS, CHANNEL_NAME, LEGACY_CHANNELS, ChannelSpec, SensorLayout
+    from ..sensors import SensorLayout
 
     seg = read_beam(sec.sub("segment"), length_required=False)
-    legacy = sec.has("laser_spacing_mm") or sec.has("gauge_positions_mm")
-    if legacy:
-        gauges = sec.numbers("gauge_positions_mm", scale=1e-3, length=2, nonnegative=True)
-        if not gauges[0] < gauges[1]:
-            raise sec.error("gauge_positions_mm", "needs d1 < d2")
-        spacing = sec.number("laser_spacing_mm", scale=1e-3)
-        if spacing == 0:
-            raise sec.error("laser_spacing_mm", "must be non-zero")
-        legacy_pos = {"l1": 0.0, "l2": spacing, "g1": gauges[0], "g2": gauges[1]}
+    legacy_pos = _legacy_positions(sec)
     cal = sec.number("gauge_calibration_nm_per_strain", 0.0, nonnegative=True)
     if cal == 0.0:
         cal = 2 * seg.EI / seg.thickness  # c = 2 EI / h (see hbtest.sensors)
-    channels = []
-    names = set()
+    channels: list = []
     for ch in sec.subs("channels"):
-        if legacy:
-            name = ch.string("name", choices=LEGACY_CHANNELS)
-            for key in ("kind", "position_mm"):
-                if ch.has(key):
-                    raise ch.error(key, "not with laser_spacing_mm/gauge_positions_mm (the published l1/l2/g1/g2 layout places its channels): use one form")
-            kind = "laser" if name.startswith("l") else "strain_gauge"
-            position = legacy_pos[name]
-        else:
-            name = ch.string("name")
-            if not CHANNEL_NAME.match(name):
-                raise ch.error("name", f"must be an identifier (letters, digits, _), got {name!r}")
-            kind = ch.string("kind", choices=CHANNEL_KINDS)
-            position = ch.number("position_mm", scale=1e-3, **({"nonnegative": True} if kind == "strain_gauge" else {}))
-        if name in names:
-            raise ch.error("name", f"channel {name!r} defined twice")
-        names.add(name)
-        lag = ()
-        if ch.has("lag_table"):
-            raw = ch.value("lag_table")
-            if not isinstance(raw, list) or not all(isinstance(r, list) and len(r) == 2 for r in raw):
-                raise ch.error("lag_table", "must be [[frequency_hz, lag_rad], ...]")
-            lag = tuple((float(a), float(b)) for a, b in raw)
-        channels.append(
-            ChannelSpec(
-                name=name,
-                kind=kind,
-                unit="m" if kind == "laser" else "strain",
-                scale=ch.number("scale_per_v", positive=True),
-                offset=ch.number("offset", 0.0),
-                lowpass_hz=ch.number("lowpass_hz", 0.0, nonnegative=True),
-                lowpass_order=ch.integer("lowpass_order", 2, min=1, max=8),
-                lag_table=lag,
-                position=position,
-                skew=ch.number("skew_us", 0.0, scale=1e-6, min=-1e6, max=1e6),
-            )
-        )
+        channels.append(_read_channel(ch, legacy_pos, {c.name for c in channels}))
         ch.finish()
-    if legacy:
-        missing = set(LEGACY_CHANNELS) - names
-        if missing:
-            raise sec.error("channels", f"missing channel(s) {', '.join(sorted(missing))}")
-        channels.sort(key=lambda c: LEGACY_CHANNELS.index(c.name))  # the twin's canonical order
-    else:
-        for kind, what in (("laser", "lasers"), ("strain_gauge", "strain gauges")):
-            pos = [c.position for c in channels if c.kind == kind]
-            if len(pos) < 2:
-                raise sec.error("channels", f"needs at least two {what} (kind = {kind!r}), got {len(pos)}")
-            if len(set(pos)) != len(pos):
-                raise sec.error("channels", f"two {what} at the same position_mm: their readings could not be told apart")
+    channels = _checked_channels(sec, channels, legacy_pos is not None)
     layout = SensorLayout(
         gauge_calibration=cal,
         EI=seg.EI,
@@ -155,6 +100,77 @@ def read_sensors(sec: Section, calibrated: bool = True):
             sec.value("calibration")  # read (known key); the nominal layout is wanted
     sec.finish()
     return layout
+
+
+def _legacy_positions(sec: Section) -> dict[str, float] | None:
+    """The published l1/l2/g1/g2 positions [m] from ``laser_spacing_mm`` and
+    ``gauge_positions_mm``; None for the explicit form."""
+    if not (sec.has("laser_spacing_mm") or sec.has("gauge_positions_mm")):
+        return None
+    gauges = sec.numbers("gauge_positions_mm", scale=1e-3, length=2, nonnegative=True)
+    if not gauges[0] < gauges[1]:
+        raise sec.error("gauge_positions_mm", "needs d1 < d2")
+    spacing = sec.number("laser_spacing_mm", scale=1e-3)
+    if spacing == 0:
+        raise sec.error("laser_spacing_mm", "must be non-zero")
+    return {"l1": 0.0, "l2": spacing, "g1": gauges[0], "g2": gauges[1]}
+
+
+def _read_channel(ch: Section, legacy_pos: dict[str, float] | None, names: set):
+    """One ``[[sensors.channels]]`` entry (``names``: those read before it)."""
+    from ..sensors import CHANNEL_KINDS, CHANNEL_NAME, LEGACY_CHANNELS, ChannelSpec
+
+    if legacy_pos is not None:
+        name = ch.string("name", choices=LEGACY_CHANNELS)
+        for key in ("kind", "position_mm"):
+            if ch.has(key):
+                raise ch.error(key, "not with laser_spacing_mm/gauge_positions_mm (the published l1/l2/g1/g2 layout places its channels): use one form")
+        kind = "laser" if name.startswith("l") else "strain_gauge"
+        position = legacy_pos[name]
+    else:
+        name = ch.string("name")
+        if not CHANNEL_NAME.match(name):
+            raise ch.error("name", f"must be an identifier (letters, digits, _), got {name!r}")
+        kind = ch.string("kind", choices=CHANNEL_KINDS)
+        position = ch.number("position_mm", scale=1e-3, **({"nonnegative": True} if kind == "strain_gauge" else {}))
+    if name in names:
+        raise ch.error("name", f"channel {name!r} defined twice")
+    lag: tuple = ()
+    if ch.has("lag_table"):
+        raw = ch.value("lag_table")
+        if not isinstance(raw, list) or not all(isinstance(r, list) and len(r) == 2 for r in raw):
+            raise ch.error("lag_table", "must be [[frequency_hz, lag_rad], ...]")
+        lag = tuple((float(a), float(b)) for a, b in raw)
+    return ChannelSpec(
+        name=name,
+        kind=kind,
+        unit="m" if kind == "laser" else "strain",
+        scale=ch.number("scale_per_v", positive=True),
+        offset=ch.number("offset", 0.0),
+        lowpass_hz=ch.number("lowpass_hz", 0.0, nonnegative=True),
+        lowpass_order=ch.integer("lowpass_order", 2, min=1, max=8),
+        lag_table=lag,
+        position=position,
+        skew=ch.number("skew_us", 0.0, scale=1e-6, min=-1e6, max=1e6),
+    )
+
+
+def _checked_channels(sec: Section, channels: list, legacy: bool) -> list:
+    """The channels in their order (the published layout's canonical one), checked complete."""
+    from ..sensors import LEGACY_CHANNELS
+
+    if legacy:
+        missing = set(LEGACY_CHANNELS) - {c.name for c in channels}
+        if missing:
+            raise sec.error("channels", f"missing channel(s) {', '.join(sorted(missing))}")
+        return sorted(channels, key=lambda c: LEGACY_CHANNELS.index(c.name))  # the twin's canonical order
+    for kind, what in (("laser", "lasers"), ("strain_gauge", "strain gauges")):
+        pos = [c.position for c in channels if c.kind == kind]
+        if len(pos) < 2:
+            raise sec.error("channels", f"needs at least two {what} (kind = {kind!r}), got {len(pos)}")
+        if len(set(pos)) != len(pos):
+            raise sec.error("channels", f"two {what} at the same position_mm: their readings could not be told apart")
+    return channels
 
 
 def _apply_calibration_key(sec: Section, layout):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -211,18 +212,32 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
     """Parse and validate a sweep file (see ``sweeps/paper-cantilever.toml`` for every key).
     ``text``: parse this instead of the file's current content (relative paths still resolve
     against the file's folder)."""
-    from ..sensors import FORCE_METHODS
-
     doc, src = load_toml(path, overrides, text)
     top = Section(doc, src.path)
     base = Path(src.path).resolve().parent
     name = top.string("name", Path(src.path).stem)
     rig_path = top.path("rig", base)
+    assert rig_path is not None  # a required key: Section.path raised without it
     rig_overrides = top.value("rig_set", [])
     if not isinstance(rig_overrides, list) or not all(isinstance(x, str) and "=" in x for x in rig_overrides):
         raise top.error("rig_set", 'must be a list of "dotted.key=value" overrides of the rig file')
+    sweep = _read_sweep(top.sub("sweep"))
+    numerical = _read_numerical(top.sub("numerical"))
+    excitation = _read_excitation(top.sub("excitation"), numerical)
+    test = _read_test(top.sub("test"))
+    solver = _read_solver(top.sub("solver", required=False))
+    output = _read_output(top.sub("output", required=False), base, name)
+    design_ps = None
+    if top.has("design"):
+        ds = top.sub("design")
+        design_ps = read_beam(ds.sub("physical"), default_from=numerical.beam)
+        ds.finish()
+    top.finish()
+    return SweepConfig(src, name, rig_path, tuple(rig_overrides), numerical, excitation, sweep, test, solver, output, design_ps)
 
-    sw = top.sub("sweep")
+
+def _read_sweep(sw: Section) -> SweepSpec:
+    """``[sweep]``: the band, the grid or trace, harmonics, family and strategy."""
     start = sw.number("start_hz", positive=True)
     stop = sw.number("stop_hz", positive=True)
     if stop <= start:
@@ -251,23 +266,34 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
     if sweep.continuation == "arclength" and sweep.auto_harmonics:
         raise sw.error("harmonics", 'an arclength trace balances a fixed set of harmonics: give them as a list, not "auto"')
     sw.finish()
+    return sweep
 
-    nm = top.sub("numerical")
+
+def _read_numerical(nm: Section) -> NumericalSpec:
+    """``[numerical]``: the numerical substructure."""
     kind = nm.string("kind", "beam", choices=("beam",))
     root = nm.string("root", "clamped", choices=("clamped", "pinned", "free", "sliding"))
     nm_beam = read_beam(nm)
     numerical = NumericalSpec(kind=kind, beam=nm_beam, root=root, nonlinear=read_nonlinear(nm, nm_beam, root))
     nm.finish()
+    return numerical
 
-    ex = top.sub("excitation")
+
+def _read_excitation(ex: Section, numerical: NumericalSpec) -> ExcitationSpec:
+    """``[excitation]``: the point force on the numerical beam."""
     ex.string("kind", "point_force", choices=("point_force",))
     pos = ex.number("position_mm", None, required=False, scale=1e-3, nonnegative=True)
     if pos is not None and pos > numerical.beam.length * (1 + 1e-12):
         raise ex.error("position_mm", f"{pos * 1e3:g} mm lies outside the numerical beam (0..{numerical.beam.length * 1e3:g} mm)")
     excitation = ExcitationSpec(amplitude=ex.number("amplitude_n", positive=True), position=pos)
     ex.finish()
+    return excitation
 
-    ts = top.sub("test")
+
+def _read_test(ts: Section) -> TestSpec:
+    """``[test]``: tolerances, averaging and the residual's form."""
+    from ..sensors import FORCE_METHODS
+
     test = TestSpec(
         target_mode=ts.integer("target_mode", 1, min=1, max=100),
         tolerance=ts.number("tolerance_mm", 0.02, scale=1e-3, positive=True),
@@ -281,8 +307,11 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
         harmonic_tolerance=ts.number("harmonic_tolerance", 0.01, nonnegative=True, max=1.0),
     )
     ts.finish()
+    return test
 
-    so = top.sub("solver", required=False)
+
+def _read_solver(so: Section) -> SolverSpec:
+    """``[solver]`` (optional): the profile and its step limits."""
     solver = SolverSpec(
         profile=so.string("profile", "hbtest", choices=tuple(_profile_names())),
         max_step_v=so.number("max_step_v", 0.5, positive=True),
@@ -291,20 +320,17 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
         fd_step_v=so.number("fd_step_v", 0.1, positive=True),
     )
     so.finish()
+    return solver
 
-    out = top.sub("output", required=False)
+
+def _read_output(out: Section, base: Path, name: str) -> OutputSpec:
+    """``[output]`` (optional): the store path, the plot, raw records."""
     store = out.path("store", base, default=f"runs/{name}.zarr")
+    assert store is not None  # it has a default
     raw = out.boolean("raw_records", False) if out.has("raw_records") else None
     output = OutputSpec(store=store.resolve(), plot=out.boolean("plot", True), raw_records=raw)
     out.finish()
-
-    design_ps = None
-    if top.has("design"):
-        ds = top.sub("design")
-        design_ps = read_beam(ds.sub("physical"), default_from=numerical.beam)
-        ds.finish()
-    top.finish()
-    return SweepConfig(src, name, rig_path, tuple(rig_overrides), numerical, excitation, sweep, test, solver, output, design_ps)
+    return output
 
 
 def read_nonlinear(nm: Section, beam: BeamSpec, root: str) -> tuple[NonlinearElementSpec, ...]:
@@ -323,7 +349,7 @@ def _read_continuation(sw: Section) -> dict:
     from ..continuation.settings import CONTINUATIONS, ArclengthSettings
 
     d = ArclengthSettings()
-    out = dict(
+    out: dict[str, Any] = dict(
         continuation=sw.string("continuation", "stepped", choices=CONTINUATIONS),
         max_points=sw.integer("max_points", d.max_points, min=2, max=100000),
         arclength_step=sw.number("arclength_step", d.initial_step, positive=True),

@@ -187,6 +187,49 @@ def _plant_voltage(rig_cfg, freqs, lasers_target) -> np.ndarray | None:
     return V
 
 
+def _channel_findings(ch, fu, amp, extra: float, steady, transient, win, lim_src: str, action: str) -> list:
+    """The findings of one channel against its window ``win`` [V]: over it at steady state
+    (``steady`` = highest, lowest raw volts and peak), on the way from the previous point
+    (``transient``, same), or close to it."""
+    hi, lo, peak = steady
+    thi, tlo, tpeak = transient
+    wmax = float(max(abs(win[0]), abs(win[1])))
+    over = (hi >= win[1]) | (lo <= win[0])
+    tover = ((thi >= win[1]) | (tlo <= win[0])) & ~over
+    close = (np.maximum(hi / win[1], lo / win[0]) >= LEVEL_MARGIN) & ~over & ~tover
+    verb = {"clip": "clips (over range: the point stops)", "trip": "trips the rig's channel limit"}[action]
+    findings = []
+    for kind, mask, pk, is_transient, how in (
+        (action, over, peak, False, f"{verb} at steady state"),
+        (action, tover, tpeak, True, f"may {'clip' if action == 'clip' else 'trip'} on the way from the previous point's demand (worst-case transient bound)"),
+        ("close", close, peak, False, f"comes within {1 - LEVEL_MARGIN:.0%} of its window at steady state"),
+    ):
+        if not mask.any():
+            continue
+        r = frequency_ranges(fu, mask)
+        j = int(np.flatnonzero(mask)[np.argmax(pk[mask])])
+        text = (f"channel {ch.name} {how} at {_fmt_ranges(r)}: predicted peak {pk[j]:.3g} V at {fu[j]:g} Hz"
+                f" (steady {amp[j]:.3g} {ch.unit}{f' + interference {extra:.3g}' if extra else ''}) against {wmax:.3g} V ({lim_src})")
+        findings.append(LevelFinding(kind, ch.name, float(pk[j]), wmax, float(fu[j]), r, text, is_transient))
+    return findings
+
+
+def _voltage_findings(actuators, fu, vpeak, vlim, vsrc: str) -> list:
+    """The findings of every actuator's predicted demand peak against its voltage limit."""
+    findings = []
+    for a, name in enumerate(actuators):
+        frac = vpeak[a] / vlim[a]
+        for kind, mask in (("voltage", frac >= 1.0), ("close", (frac >= LEVEL_MARGIN) & (frac < 1.0))):
+            if not mask.any():
+                continue
+            r = frequency_ranges(fu, mask)
+            j = int(np.flatnonzero(mask)[np.argmax(frac[mask])])
+            verb = "exceeds its voltage limit (the point stops at the limit)" if kind == "voltage" else f"comes within {1 - LEVEL_MARGIN:.0%} of its voltage limit"
+            text = f"demand on {name} {verb} at {_fmt_ranges(r)}: predicted {vpeak[a, j]:.3g} V at {fu[j]:g} Hz against {vlim[a]:g} V ({vsrc})"
+            findings.append(LevelFinding(kind, name, float(vpeak[a, j]), float(vlim[a]), float(fu[j]), r, text))
+    return findings
+
+
 def predict_levels(cfg, rig_cfg, frequencies_hz=None) -> LevelPrediction:
     """Predict every channel's peak and the demand peak across the sweep (see the module
     docstring). ``frequencies_hz``: default the sweep's grid."""
@@ -229,23 +272,7 @@ def predict_levels(cfg, rig_cfg, frequencies_hz=None) -> LevelPrediction:
         channels.append(ChannelLevel(ch.name, ch.kind, ch.unit, amp.tolist(), peak.tolist(), tpeak.tolist(), tuple(win), lim_src if win else "", action))
         if not win:
             continue
-        wmax = float(max(abs(win[0]), abs(win[1])))
-        over = (hi >= win[1]) | (lo <= win[0])
-        tover = ((thi >= win[1]) | (tlo <= win[0])) & ~over
-        close = (np.maximum(hi / win[1], lo / win[0]) >= LEVEL_MARGIN) & ~over & ~tover
-        verb = {"clip": "clips (over range: the point stops)", "trip": "trips the rig's channel limit"}[action]
-        for kind, mask, pk, transient, how in (
-            (action, over, peak, False, f"{verb} at steady state"),
-            (action, tover, tpeak, True, f"may {'clip' if action == 'clip' else 'trip'} on the way from the previous point's demand (worst-case transient bound)"),
-            ("close", close, peak, False, f"comes within {1 - LEVEL_MARGIN:.0%} of its window at steady state"),
-        ):
-            if not mask.any():
-                continue
-            r = frequency_ranges(fu, mask)
-            j = int(np.flatnonzero(mask)[np.argmax(pk[mask])])
-            text = (f"channel {ch.name} {how} at {_fmt_ranges(r)}: predicted peak {pk[j]:.3g} V at {fu[j]:g} Hz"
-                    f" (steady {amp[j]:.3g} {ch.unit}{f' + interference {extra:.3g}' if extra else ''}) against {wmax:.3g} V ({lim_src})")
-            findings.append(LevelFinding(kind, ch.name, float(pk[j]), wmax, float(fu[j]), r, text, transient))
+        findings += _channel_findings(ch, fu, amp, extra, (hi, lo, peak), (thi, tlo, tpeak), win, lim_src, action)
     if any(f.kind in ("clip", "trip") for f in findings):
         notes.append("after a point that clipped, the next starts from the clipped state: expect the failure to carry on beyond the ranges predicted")
     if not windows:
@@ -257,14 +284,5 @@ def predict_levels(cfg, rig_cfg, frequencies_hz=None) -> LevelPrediction:
         notes.append(f"no plant model for rig kind {rig_cfg.kind!r}: the demand voltage is not predicted")
     else:
         vpeak = np.abs(Vc)  # one harmonic: the peak of a sinusoid is |V_1|
-        for a, name in enumerate(rig_cfg.actuators):
-            frac = vpeak[a] / vlim[a]
-            for kind, mask in (("voltage", frac >= 1.0), ("close", (frac >= LEVEL_MARGIN) & (frac < 1.0))):
-                if not mask.any():
-                    continue
-                r = frequency_ranges(fu, mask)
-                j = int(np.flatnonzero(mask)[np.argmax(frac[mask])])
-                verb = "exceeds its voltage limit (the point stops at the limit)" if kind == "voltage" else f"comes within {1 - LEVEL_MARGIN:.0%} of its voltage limit"
-                text = f"demand on {name} {verb} at {_fmt_ranges(r)}: predicted {vpeak[a, j]:.3g} V at {fu[j]:g} Hz against {vlim[a]:g} V ({vsrc})"
-                findings.append(LevelFinding(kind, name, float(vpeak[a, j]), float(vlim[a]), float(fu[j]), r, text))
+        findings += _voltage_findings(rig_cfg.actuators, fu, vpeak, vlim, vsrc)
     return LevelPrediction(fu.tolist(), inter, channels, vpeak, vlim, list(rig_cfg.actuators), findings, notes)

@@ -115,6 +115,22 @@ def _check_target_mode(cfg: SweepConfig, tm: int, freqs_hz) -> None:
         )
 
 
+def _target_findings(tm: int, f_target: float, rel_amp: float, nodes_mm, ln: float, lo: float, hi: float) -> list:
+    """The target mode outside the band [lo, hi] Hz, or the interface (at ``ln`` [m]) near one
+    of its nodes (``nodes_mm``)."""
+    warnings = []
+    if not lo <= f_target <= hi:
+        warnings.append(f"target mode {tm} ({f_target:.3f} Hz) lies outside the sweep band {lo:g}-{hi:g} Hz")
+    if rel_amp < NODE_AMPLITUDE_FRACTION:
+        near = min(nodes_mm, key=lambda x: abs(x - ln * 1e3), default=None)
+        warnings.append(
+            f"the interface at {ln * 1e3:g} mm is near a node of mode {tm}"
+            + (f" (node at {near:.1f} mm)" if near is not None else "")
+            + f": interface amplitude {rel_amp:.1%} of the mode's maximum — the mode is barely controllable"
+        )
+    return [DesignFinding("target_outside" if "outside" in w else "node", w, (lo, hi)) for w in warnings]
+
+
 def design_report(cfg: SweepConfig, n_modes: int = 6, with_levels: bool = True) -> DesignReport:
     """The design report of a sweep file (see the module docstring); ``with_levels=False``
     skips the channel-level prediction (:func:`hbtest.design.levels.predict_levels`)."""
@@ -133,22 +149,12 @@ def design_report(cfg: SweepConfig, n_modes: int = 6, with_levels: bool = True) 
     nodes = [(mode_nodes(hybrid, modes.shapes[:, i]) * 1e3).tolist() for i in range(n)]
     ns_cim = ns.clamped_interface_modes()
     ps_cim = ps.clamped_interface_modes()
-    warnings = []
     f_target = float(modes.frequencies_hz[tm - 1])
     shape = hybrid.full_vector(modes.shapes[:, tm - 1])[:, 0]
     j_if = ns.structure.x_nodes.size - 1
     rel_amp = float(abs(shape[j_if]) / np.abs(shape).max())
     lo, hi = cfg.sweep.start_hz, cfg.sweep.stop_hz
-    if not lo <= f_target <= hi:
-        warnings.append(f"target mode {tm} ({f_target:.3f} Hz) lies outside the sweep band {lo:g}-{hi:g} Hz")
-    if rel_amp < NODE_AMPLITUDE_FRACTION:
-        near = min(nodes[tm - 1], key=lambda x: abs(x - ln * 1e3), default=None)
-        warnings.append(
-            f"the interface at {ln * 1e3:g} mm is near a node of mode {tm}"
-            + (f" (node at {near:.1f} mm)" if near is not None else "")
-            + f": interface amplitude {rel_amp:.1%} of the mode's maximum — the mode is barely controllable"
-        )
-    findings = [DesignFinding("target_outside" if "outside" in w else "node", w, (lo, hi)) for w in warnings]
+    findings = _target_findings(tm, f_target, rel_amp, nodes[tm - 1], ln, lo, hi)
     findings += harmonic_findings(ns_cim, ps_cim, cfg.sweep.harmonics, lo, hi, rig.sensors)
     plan = plan_mains(cfg, rig.sensors)
     for d in plan.decisions:

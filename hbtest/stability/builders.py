@@ -141,6 +141,28 @@ def hybrid_system(ns: Substructure, ps: Substructure, label: str = "") -> Single
     return sys_
 
 
+def _split_matrices(m, k, c, ends, pm: set, pl: set):
+    """({"N"|"P": [M, C, K] over all chain DOFs}, {"N"|"P": the DOFs each side's elements
+    touch}) of a chain whose masses ``pm`` and links ``pl`` are physical."""
+    n, n_links = m.size, k.size
+    mats = {side: [np.zeros((n, n)) for _ in range(3)] for side in ("N", "P")}
+    touched: dict[str, set] = {"N": set(), "P": set()}
+    for j in range(n):
+        side = "P" if j in pm else "N"
+        mats[side][0][j, j] += m[j]
+        if m[j] > 0:
+            touched[side].add(j)
+    for link in range(n_links):
+        side = "P" if link in pl else "N"
+        a, b = ends[link], ends[link + 1]
+        stamp_link(mats[side][2], a, b, k[link])
+        stamp_link(mats[side][1], a, b, c[link])
+        for p in (a, b):
+            if p is not None and (k[link] > 0 or c[link] > 0):
+                touched[side].add(p)
+    return mats, touched
+
+
 def chain_hybrid(
     masses,
     springs,
@@ -174,21 +196,7 @@ def chain_hybrid(
         raise ValueError("interface DOFs repeat")
     if len(iface) > MAX_INTERFACE_DOFS:
         raise ValueError(f"{len(iface)} interface DOFs: the crossing scan handles at most {MAX_INTERFACE_DOFS} actuated DOFs")
-    mats = {side: [np.zeros((n, n)) for _ in range(3)] for side in ("N", "P")}
-    touched = {"N": set(), "P": set()}
-    for j in range(n):
-        side = "P" if j in pm else "N"
-        mats[side][0][j, j] += m[j]
-        if m[j] > 0:
-            touched[side].add(j)
-    for link in range(n_links):
-        side = "P" if link in pl else "N"
-        a, b = ends[link], ends[link + 1]
-        stamp_link(mats[side][2], a, b, k[link])
-        stamp_link(mats[side][1], a, b, c[link])
-        for p in (a, b):
-            if p is not None and (k[link] > 0 or c[link] > 0):
-                touched[side].add(p)
+    mats, touched = _split_matrices(m, k, c, ends, pm, pl)
     both = touched["N"] & touched["P"]
     missing = sorted(both - set(iface))
     if missing:

@@ -161,7 +161,7 @@ def track_branches(Z: np.ndarray) -> np.ndarray:
     for i in np.flatnonzero(best != 0) + 1:  # rows where the matching is not the identity
         cols[start:i] = cur
         cur = np.asarray(perms[best[i - 1]])[cur]
-        start = i
+        start = int(i)
     cols[start:] = cur
     return np.take_along_axis(Z, cols, axis=1)
 
@@ -208,7 +208,7 @@ def axis_crossings(system, wc: float, tau_max: float) -> list[Crossing]:
         L = np.concatenate([L, logmod(wm)])
         o = np.argsort(w)
         w, L = w[o], L[o]
-    out = []
+    out: list[Crossing] = []
     for k in range(L.shape[1]):
         f = L[:, k]
         idx = np.flatnonzero(np.sign(f[:-1]) * np.sign(f[1:]) < 0)
@@ -235,22 +235,44 @@ def axis_crossings(system, wc: float, tau_max: float) -> list[Crossing]:
 
 def cutoff_crossings(system, wc: float, tau_max: float) -> list[Crossing]:
     """Crossings of the cut-off line ``Im s = wc`` right of the axis at delays ``<= tau_max`` [s]."""
-    sig = wc * np.logspace(-7, 3, 700)
-
     def zs(sg):
         return system.z_roots(np.asarray(sg) + 1j * wc)
 
+    sig, Z, psi, valid = _cutoff_branches(zs, wc, tau_max)
+    out: list[Crossing] = []
+    for k in range(Z.shape[1]):
+        for j0, j1 in _valid_runs(valid[:, k]):
+            pu = np.unwrap(psi[j0 : j1 + 1, k])  # a run of valid samples: unwrap psi within it
+            q = pu / TWO_PI
+            for i in range(q.size - 1):
+                lo, hi = sorted((q[i], q[i + 1]))
+                _check_count(len(out) + int(np.floor(hi)) - int(np.ceil(lo)) + 1, tau_max, wc)
+                for m in range(int(np.ceil(lo)), int(np.floor(hi)) + 1):
+                    if m == lo or m == hi:
+                        continue
+                    c = _cutoff_crossing(system, zs, wc, tau_max, sig, Z[:, k], pu, j0 + i, i, m)
+                    if c is not None:
+                        out.append(c)
+    return out
+
+
+def _derived(Z, sig, wc: float, tau_max: float):
+    """(psi, valid) of the branches ``Z`` along ``sigma``: the phase ``arg z + wc tau`` and
+    whether the sample is a root right of the axis at a delay within the range."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = -np.log(np.abs(Z))
+        tau = a / sig[:, None]
+        psi = np.angle(Z) + wc * tau
+    return psi, np.isfinite(a) & (a > 0) & (tau <= 1.05 * tau_max)
+
+
+def _cutoff_branches(zs, wc: float, tau_max: float):
+    """(sigma samples, tracked branches z(sigma), psi, valid) along the cut-off line, the
+    samples refined until neighbouring samples of a valid branch are close."""
+    sig = wc * np.logspace(-7, 3, 700)
     Z = track_branches(zs(sig))
-
-    def derived(Z, sig):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            a = -np.log(np.abs(Z))
-            tau = a / sig[:, None]
-            psi = np.angle(Z) + wc * tau
-        return psi, np.isfinite(a) & (a > 0) & (tau <= 1.05 * tau_max)
-
     for _ in range(30):
-        psi, valid = derived(Z, sig)
+        psi, valid = _derived(Z, sig, wc, tau_max)
         v2 = valid[:-1] & valid[1:]
         dpsi = np.abs(np.angle(np.exp(1j * np.diff(psi, axis=0))))
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -263,55 +285,53 @@ def cutoff_crossings(system, wc: float, tau_max: float) -> list[Crossing]:
         o = np.argsort(sig)
         sig = sig[o]
         Z = track_branches(zs(sig))
-    psi, valid = derived(Z, sig)
-    out = []
-    for k in range(Z.shape[1]):
-        j = 0
-        n = sig.size
-        while j < n - 1:
-            if not (valid[j, k] and valid[j + 1, k]):
-                j += 1
-                continue
-            j0 = j  # a run of valid samples: unwrap psi within it
-            while j < n - 1 and valid[j + 1, k]:
-                j += 1
-            run = slice(j0, j + 1)
-            pu = np.unwrap(psi[run, k])
-            q = pu / TWO_PI
-            for i in range(q.size - 1):
-                lo, hi = sorted((q[i], q[i + 1]))
-                _check_count(len(out) + int(np.floor(hi)) - int(np.ceil(lo)) + 1, tau_max, wc)
-                for m in range(int(np.ceil(lo)), int(np.floor(hi)) + 1):
-                    if m == lo or m == hi:
-                        continue
-                    jj = j0 + i
-                    s_a, s_b = sig[jj], sig[jj + 1]
-                    za, zb = Z[jj, k], Z[jj + 1, k]
-                    pa, pb = pu[i], pu[i + 1]
+    psi, valid = _derived(Z, sig, wc, tau_max)
+    return sig, Z, psi, valid
 
-                    def g(x, s_a=s_a, s_b=s_b, za=za, zb=zb, pa=pa, pb=pb, m=m):
-                        f = (np.log(x) - np.log(s_a)) / (np.log(s_b) - np.log(s_a))
-                        zl = za + f * (zb - za)
-                        cand = zs(np.array([x]))[0]
-                        z = cand[np.argmin(np.abs(cand - zl))]
-                        p = np.angle(z) - wc * np.log(np.abs(z)) / x
-                        pl = pa + f * (pb - pa)
-                        p += TWO_PI * np.round((pl - p) / TWO_PI)
-                        return p - TWO_PI * m
 
-                    try:
-                        sx = scipy.optimize.brentq(g, s_a, s_b, xtol=1e-14 * s_b, rtol=1e-14)
-                    except ValueError:
-                        continue
-                    cand = zs(np.array([sx]))[0]
-                    f = (np.log(sx) - np.log(s_a)) / (np.log(s_b) - np.log(s_a))
-                    z = cand[np.argmin(np.abs(cand - (za + f * (zb - za))))]
-                    tau = float(-np.log(np.abs(z)) / sx)
-                    if not (0 < tau <= tau_max):
-                        continue
-                    s = complex(sx, wc)
-                    ds = root_direction(system, s, tau)
-                    d = -int(np.sign(ds.imag)) if np.isfinite(ds.imag) else 0
-                    out.append(Crossing(tau, s, "cut-off", d, 2))
+def _valid_runs(valid):
+    """(first, last) index of every run of at least two consecutive valid samples."""
+    j = 0
+    n = valid.size
+    while j < n - 1:
+        if not (valid[j] and valid[j + 1]):
             j += 1
-    return out
+            continue
+        j0 = j
+        while j < n - 1 and valid[j + 1]:
+            j += 1
+        yield j0, j
+        j += 1
+
+
+def _cutoff_crossing(system, zs, wc: float, tau_max: float, sig, Zk, pu, jj: int, i: int, m: int) -> Crossing | None:
+    """The crossing where the unwrapped phase ``pu`` of branch ``Zk`` passes ``2 pi m`` between
+    samples ``jj`` and ``jj + 1`` (root-found in sigma), or None outside the delay range."""
+    s_a, s_b = sig[jj], sig[jj + 1]
+    za, zb = Zk[jj], Zk[jj + 1]
+    pa, pb = pu[i], pu[i + 1]
+
+    def g(x):
+        f = (np.log(x) - np.log(s_a)) / (np.log(s_b) - np.log(s_a))
+        zl = za + f * (zb - za)
+        cand = zs(np.array([x]))[0]
+        z = cand[np.argmin(np.abs(cand - zl))]
+        p = np.angle(z) - wc * np.log(np.abs(z)) / x
+        pl = pa + f * (pb - pa)
+        p += TWO_PI * np.round((pl - p) / TWO_PI)
+        return p - TWO_PI * m
+
+    try:
+        sx = scipy.optimize.brentq(g, s_a, s_b, xtol=1e-14 * s_b, rtol=1e-14)
+    except ValueError:
+        return None
+    cand = zs(np.array([sx]))[0]
+    f = (np.log(sx) - np.log(s_a)) / (np.log(s_b) - np.log(s_a))
+    z = cand[np.argmin(np.abs(cand - (za + f * (zb - za))))]
+    tau = float(-np.log(np.abs(z)) / sx)
+    if not (0 < tau <= tau_max):
+        return None
+    s = complex(sx, wc)
+    ds = root_direction(system, s, tau)
+    d = -int(np.sign(ds.imag)) if np.isfinite(ds.imag) else 0
+    return Crossing(tau, s, "cut-off", d, 2)

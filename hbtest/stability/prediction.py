@@ -128,6 +128,42 @@ class PredictionIntervals:
         return None
 
 
+def _horizon_scan_range(delay: float, order: int, n_samples: int, sample_time: float, rho_range):
+    """(first scan start, first scan end, how far the scan may follow an open interval) [s]."""
+    if rho_range is None:
+        lo, hi = 0.0, 3 * delay + n_samples * sample_time
+        limit = HORIZON_SEARCH_LIMIT * hi
+    else:
+        lo, hi = (float(x) for x in rho_range)
+        limit = hi
+    h_max = max_predictor_horizon(order, n_samples, sample_time)
+    if hi > h_max and rho_range is not None:
+        raise ValueError(f"horizons up to {hi:g} s exceed the largest usable one, {h_max:g} s (MAX_PREDICTOR_GAIN)")
+    limit = min(limit, h_max)
+    if hi > limit:
+        raise ValueError(f"the first horizon range [0, {hi:g}] s exceeds the largest usable horizon, {h_max:g} s (MAX_PREDICTOR_GAIN)")
+    return lo, hi, limit
+
+
+def _stable_intervals(grid, st, edge) -> tuple[list, bool]:
+    """(the stable intervals of the scanned ``grid`` with stabilities ``st``, their ends
+    refined by ``edge(a, b, stable_at_a)``; whether the last one is still open at the end)."""
+    out: list[tuple[float, float]] = []
+    start: float | None = grid[0] if st[0] else None
+    for i in range(1, len(grid)):
+        if st[i] != st[i - 1]:
+            x = edge(grid[i - 1], grid[i], st[i - 1])
+            if st[i]:
+                start = x
+            else:
+                out.append((float(start), float(x)))  # type: ignore[arg-type]  # stable before: a start
+                start = None
+    open_end = start is not None
+    if start is not None:
+        out.append((float(start), float(grid[-1])))
+    return out, open_end
+
+
 def prediction_intervals(
     system: SingleDelaySystem,
     delay: float,
@@ -152,18 +188,7 @@ def prediction_intervals(
     (:func:`max_predictor_horizon`), whichever is smaller (``open_end`` and ``hard_bound``).
     A range beyond the largest usable horizon raises ``ValueError``. ``progress(rho, stable)``
     is called after every root count (a search makes up to about 120)."""
-    if rho_range is None:
-        lo, hi = 0.0, 3 * delay + n_samples * sample_time
-        limit = HORIZON_SEARCH_LIMIT * hi
-    else:
-        lo, hi = (float(x) for x in rho_range)
-        limit = hi
-    h_max = max_predictor_horizon(order, n_samples, sample_time)
-    if hi > h_max and rho_range is not None:
-        raise ValueError(f"horizons up to {hi:g} s exceed the largest usable one, {h_max:g} s (MAX_PREDICTOR_GAIN)")
-    limit = min(limit, h_max)
-    if hi > limit:
-        raise ValueError(f"the first horizon range [0, {hi:g}] s exceeds the largest usable horizon, {h_max:g} s (MAX_PREDICTOR_GAIN)")
+    lo, hi, limit = _horizon_scan_range(delay, order, n_samples, sample_time, rho_range)
     tol = sample_time * HORIZON_TOLERANCE_SAMPLES if tol is None else tol
 
     def stable(r):
@@ -188,19 +213,7 @@ def prediction_intervals(
                 b = mid
         return 0.5 * (a + b)
 
-    out = []
-    start = grid[0] if st[0] else None
-    for i in range(1, len(grid)):
-        if st[i] != st[i - 1]:
-            x = edge(grid[i - 1], grid[i], st[i - 1])
-            if st[i]:
-                start = x
-            else:
-                out.append((float(start), float(x)))
-                start = None
-    open_end = start is not None
-    if open_end:
-        out.append((float(start), float(grid[-1])))
+    out, open_end = _stable_intervals(grid, st, edge)
     return PredictionIntervals(tuple(out), (float(lo), float(grid[-1])), open_end, open_end and rho_range is None)
 
 

@@ -1,5 +1,6 @@
 """The run store (zarr v3, one slot per point, one writer): see :mod:`hbtest.store.run` for the
-schema, :mod:`hbtest.store.lock` for the one-writer lock, :mod:`hbtest.store.provenance` for
+layout, :mod:`hbtest.store.variables` for the schema table (every variable declared once) and the
+point record, :mod:`hbtest.store.lock` for the one-writer lock, :mod:`hbtest.store.provenance` for
 what every store records about how it was made."""
 
 from .lock import StoreBusy, StoreLock, lock_path

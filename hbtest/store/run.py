@@ -1,6 +1,8 @@
 """The run store: one zarr v3 store per sweep, pre-allocated, written one point at a time.
 
-This is the one place that writes results (docs/architecture.md). Everything else reads it through
+This is the one place that writes results (docs/architecture.md). Every variable is declared once,
+in the schema table of :mod:`hbtest.store.variables`; this module allocates, writes and reads
+from it. Everything else reads it through
 :func:`open_run` / :meth:`RunStore.dataset` (lazy xarray, ``consolidated=False``).
 
 Layout
@@ -69,8 +71,8 @@ import json
 import os
 import shutil
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -78,6 +80,17 @@ from ..errors import UserError
 from .provenance import git_state, package_versions
 from .provenance import jsonable as _jsonable
 from .provenance import utc_now as _utc_now
+from .variables import (
+    DESIGN_VARIABLES,
+    EVALUATION_VARIABLES,
+    NONE_MEANS_ABSENT,
+    RAW_VARIABLES,
+    SCHEMA,
+    SYNC_VARIABLES,
+    VARIABLES,
+    PointRecord,
+    Var,
+)
 
 __all__ = [
     "PointRecord",
@@ -97,139 +110,7 @@ SCHEMA_VERSION = 3  # 2: stop_reason per point; 3: optional raw records (raw_*)
 STATUSES = ("running", "completed", "interrupted", "failed")
 DOFS = ("u", "theta")
 _MARKER = "run"
-_CNAN = complex(np.nan, np.nan)
 
-
-@dataclass
-class PointRecord:
-    """Everything measured at one frequency point (SI units, harmonic orders on the last axis
-    in the store's ``harmonic`` order). History arrays hold one row per solver iteration,
-    row 0 being the starting voltage; at most ``max_iterations + 1`` rows."""
-
-    frequency_hz: float
-    interface_displacement: np.ndarray  # (2, n_orders) complex [m, rad]
-    interface_force: np.ndarray  # (2, n_orders) complex [N, N m]
-    numerical_displacement: np.ndarray  # (2, n_orders) complex
-    external_force: np.ndarray  # (n_orders,) complex [N]
-    voltage: np.ndarray  # (n_actuators, n_orders) complex [V]
-    displacement_variance: np.ndarray  # (2, n_orders) real
-    force_variance: np.ndarray  # (2, n_orders) real
-    converged: bool
-    iterations: int
-    residual_norm: float
-    rig_periods: float
-    history_voltage: np.ndarray  # (n_iter, n_actuators, n_orders) complex
-    history_residual: np.ndarray  # (n_iter, 2, n_orders) complex
-    history_residual_norm: np.ndarray  # (n_iter,)
-    history_periods: np.ndarray  # (n_iter,) forcing periods spent on each iteration
-    reference_interface_displacement: np.ndarray | None = None  # (2, n_orders) complex
-    message: str = ""  # why it stopped (for a person)
-    stop_reason: str = ""  # why it stopped (one of hbtest.point.STOP_REASONS)
-    # fraction of the power of the measured PS interface displacement in harmonics *not*
-    # solved for (from the residual of the harmonic fit), per DOF; None when not measured
-    excluded_energy_fraction: np.ndarray | None = None  # (2,) real
-    # the raw sample record of the point's final acquisition window (an hbtest.rig.Acquisition:
-    # t [s, demand time base], data channel -> raw volts, n_periods); stored only by a store
-    # created with raw records (:meth:`RunStore.create` ``raw_records``)
-    raw_record: object | None = None
-    # the NS counterpart of interface_force: F_P*(U_P), the interface force under which the
-    # numerical substructure moves by the measured U_P (hbtest.sync); None: not computed
-    numerical_force: np.ndarray | None = None  # (2, n_orders) complex [N, N m]
-    # sync metrics over hbtest.sync.VARIABLES (u, theta, T, M): |PS|/|NS| and arg(PS/NS) [deg]
-    sync_amplitude_ratio: np.ndarray | None = None  # (4, n_orders) real
-    sync_phase_deg: np.ndarray | None = None  # (4, n_orders) real
-    # which orders the point balanced (sweep.harmonics = "auto"); None: all
-    harmonic_active: np.ndarray | None = None  # (n_orders,) bool
-    # raw channel coefficients [V] and their variances [V^2] of every evaluation, (n_iter,
-    # n_channels, n_orders), rows as history_voltage; stored only by a store created with
-    # ``channels`` (:meth:`RunStore.create`)
-    history_channel_coefficients: np.ndarray | None = None
-    history_channel_variance: np.ndarray | None = None
-    # the frequency the sweep file asked for when the point ran elsewhere (a forcing harmonic
-    # on a mains multiple: hbtest.design.mains), and why; None / "" = run where asked
-    frequency_requested: float | None = None
-    point_note: str = ""
-    solution_offset: float = 0.0
-    # standard uncertainty of the reported interface displacement [m, weighted norm]; NaN:
-    # not stated (hbtest.point.PointOutcome.uncertainty_with_jacobian)
-    displacement_uncertainty: float = float("nan")
-
-
-# ---------------------------------------------------------------------------------------
-# schema: name -> (dims after "frequency", kind, units, long_name)
-# kind: c = complex128, f = float64, i = int32, b = bool, s = string
-
-_SCHEMA: dict[str, tuple[tuple[str, ...], str, str, str]] = {
-    "interface_displacement": (("dof", "harmonic"), "c", "m | rad", "interface displacement measured on the physical substructure (u, theta)"),
-    "interface_force": (("dof", "harmonic"), "c", "N | N m", "interface force measured on the physical substructure (shear T conjugate to u, moment M to theta)"),
-    "numerical_displacement": (("dof", "harmonic"), "c", "m | rad", "interface displacement demanded by the numerical substructure, D_N^-1 (F_ext - F_P)"),
-    "external_force": (("harmonic",), "c", "N", "external force on the numerical substructure"),
-    "voltage": (("actuator", "harmonic"), "c", "V", "actuator voltage coefficients of the point's solution (the last demand, or the pooled fit's solution next to it: see solution_offset)"),
-    "interface_displacement_variance": (("dof", "harmonic"), "f", "m2 | rad2", "variance of the mean of the measured displacement coefficients, E|X - EX|^2 / n_periods"),
-    "interface_force_variance": (("dof", "harmonic"), "f", "N2 | N2 m2", "variance of the mean of the measured force coefficients, E|X - EX|^2 / n_periods"),
-    "reference_interface_displacement": (("dof", "harmonic"), "c", "m | rad", "exact interface displacement of the emulated structure (virtual rigs only; NaN otherwise)"),
-    "excluded_energy_fraction": (("dof",), "f", "1", "fraction of the measured interface displacement power in harmonics not solved for (NaN when not measured)"),
-    "converged": ((), "b", "1", "residual norm fell below the tolerance"),
-    "iterations": ((), "i", "1", "solver iterations used (-1: slot not written)"),
-    "residual_norm": ((), "f", "m", "norm of the final residual (displacement form unless the sweep says otherwise)"),
-    "rig_periods": ((), "f", "1", "forcing periods the rig ran for this point, settling included"),
-    "message": ((), "s", "", "why the point stopped, for a person"),
-    "stop_reason": ((), "s", "", "why the point stopped: converged | iteration_limit | voltage_limit | overrange | trip | stalled"),
-    "written_utc": ((), "f", "s", "POSIX time (UTC) at which the point was written"),
-    "history_voltage": (("iteration", "actuator", "harmonic"), "c", "V", "actuator voltage per iteration"),
-    "history_residual": (("iteration", "dof", "harmonic"), "c", "m | rad", "residual R = U_P - U_N per iteration"),
-    "history_residual_norm": (("iteration",), "f", "m", "residual norm per iteration"),
-    "history_periods": (("iteration",), "f", "1", "forcing periods spent on each iteration"),
-    "history_length": ((), "i", "1", "number of valid rows of the history variables (-1: slot not written)"),
-    "done": ((), "b", "1", "the point is completely written (written last)"),
-    # (hbtest.sync, hbtest.family): optional, absent from older stores
-    "numerical_force": (("dof", "harmonic"), "c", "N | N m", "NS counterpart of interface_force: F_P*(U_P), the interface force under which the numerical substructure moves by the measured displacement"),
-    "sync_amplitude_ratio": (("variable", "harmonic"), "f", "1", "sync metric |PS|/|NS| per interface variable (u, theta, T, M) and harmonic (hbtest.sync)"),
-    "sync_phase_deg": (("variable", "harmonic"), "f", "deg", "sync metric arg(PS/NS) per interface variable and harmonic, positive: PS leads (hbtest.sync)"),
-    "harmonic_active": (("harmonic",), "b", "1", "the harmonic was balanced at this point (sweep.harmonics = \"auto\"; inactive orders are NaN)"),
-    # optional (stores written before them lack them): a point moved off a mains coincidence
-    "frequency_requested": ((), "f", "Hz", "frequency the sweep file asked for (the coordinate holds the one applied)"),
-    "point_note": ((), "s", "", "what the sweep decided at this point before running it (e.g. moved off a mains multiple)"),
-    # optional: the point is the solution of its pooled affine fit next to the last demand
-    "solution_offset": ((), "f", "m", "distance of the reported interface displacement from the last one measured, |U* - U_P(last demand)| (weighted norm; 0: reported as measured)"),
-    "displacement_uncertainty": ((), "f", "m", "standard uncertainty of the reported interface displacement (weighted norm |(u, l theta)| over the solved harmonics, l = test.rotation_length): the measured noise propagated through the solution, the fitted rig Jacobian's own uncertainty included; NaN: not stated"),
-    # raw records (schema 3; only in a store created with raw_records): re-reduction input
-    "raw_samples": (("channel", "sample"), "f", "V", "raw channel samples of the final acquisition window (valid: the first raw_length)"),
-    "raw_time_start": ((), "f", "s", "demand time of the first raw sample"),
-    "raw_sample_rate": ((), "f", "Hz", "sample rate of the raw record"),
-    "raw_length": ((), "i", "1", "number of valid raw samples (-1: none recorded)"),
-    "raw_periods": ((), "i", "1", "whole forcing periods in the raw record"),
-    # evaluation records (only in a store created with channels): hybrid re-reduction input
-    "history_channel_coefficients": (("iteration", "channel", "harmonic"), "c", "V", "raw channel coefficients (before calibration and lag correction) of every evaluation"),
-    "history_channel_variance": (("iteration", "channel", "harmonic"), "f", "V2", "variance of the mean of the raw channel coefficients of every evaluation"),
-    # adaptive strategies (hbtest.strategy; only in a store created with design): why each
-    # frequency was chosen and the running estimate after the point
-    "design_reason": ((), "s", "", "why the adaptive strategy chose this frequency (sweep.strategy)"),
-    "design_frequency_hz": ((), "f", "Hz", "running estimate of the target mode's undamped natural frequency after this point"),
-    "design_damping_ratio": ((), "f", "1", "running estimate of the target mode's viscous damping ratio after this point"),
-    "design_modal_constant": ((), "f", "1/kg | rad/(N s2)", "running estimate of the target mode's modal constant |A| (sweep.target.dof) after this point"),
-    "design_frequency_ci_rel": ((), "f", "1", "relative half-width of the natural frequency's interval (sweep.target.confidence) after this point"),
-    "design_damping_ci_rel": ((), "f", "1", "relative half-width of the damping ratio's interval after this point"),
-    "design_modal_constant_ci_rel": ((), "f", "1", "relative half-width of the modal constant's interval after this point"),
-    "design_curve_uncertainty": ((), "f", "1", "curve strategy: largest relative half-width of the fitted FRF curve's interval over the band after this point"),
-}
-#: the adaptive-strategy variables (present together or not at all; :meth:`RunStore.create` ``design``)
-DESIGN_VARIABLES = ("design_reason", "design_frequency_hz", "design_damping_ratio", "design_modal_constant",
-                    "design_frequency_ci_rel", "design_damping_ci_rel", "design_modal_constant_ci_rel", "design_curve_uncertainty")
-#: the raw-record variables (present together or not at all)
-RAW_VARIABLES = ("raw_samples", "raw_time_start", "raw_sample_rate", "raw_length", "raw_periods")
-#: the sync variables (present together or not at all; :meth:`RunStore.create` ``sync``)
-SYNC_VARIABLES = ("numerical_force", "sync_amplitude_ratio", "sync_phase_deg")
-#: the per-evaluation channel-coefficient variables (present together or not at all)
-EVALUATION_VARIABLES = ("history_channel_coefficients", "history_channel_variance")
-_DOF_UNITS = {
-    "m | rad": ["m", "rad"],
-    "N | N m": ["N", "N m"],
-    "m2 | rad2": ["m2", "rad2"],
-    "N2 | N2 m2": ["N2", "N2 m2"],
-}
-_DTYPE = {"c": np.complex128, "f": np.float64, "i": np.int32, "b": np.bool_, "s": object}
-_FILL = {"c": _CNAN, "f": np.nan, "i": -1, "b": False, "s": ""}
 
 
 def sweep_legs(f: np.ndarray) -> np.ndarray:
@@ -261,12 +142,6 @@ def _is_store(path: Path) -> bool:
     return doc.get("node_type") == "group" and doc.get("attributes", {}).get("hbtest_store") == _MARKER
 
 
-#: variables a store may lack: the reference exists for virtual rigs only; later schemas added some
-_OPTIONAL = {"reference_interface_displacement", "frequency_requested", "point_note", "solution_offset", "displacement_uncertainty", *RAW_VARIABLES, *EVALUATION_VARIABLES,
-             *SYNC_VARIABLES, "harmonic_active", *DESIGN_VARIABLES}
-_ADDED_IN_SCHEMA = {"stop_reason": 2, **{n: 3 for n in RAW_VARIABLES}}
-
-
 def _check_layout(path: Path) -> None:
     """UserError unless every variable folder holds array metadata and every variable of the
     store's schema is present — checked before zarr reads the store (zarr on a broken
@@ -286,7 +161,7 @@ def _check_layout(path: Path) -> None:
         if not ok:
             raise UserError(f"{path}: damaged hbtest run store (variable {sub.name!r}: its {meta.name} is missing or not array metadata)")
         present.add(sub.name)
-    required = [n for n in _SCHEMA if n not in _OPTIONAL and _ADDED_IN_SCHEMA.get(n, 1) <= schema]
+    required = [v.name for v in VARIABLES if not v.may_lack and v.since <= schema]
     missing = [n for n in required + ["frequency", "harmonic", "actuator", "iteration"] if n not in present]
     if missing:
         raise UserError(f"{path}: damaged hbtest run store (missing variable(s) {', '.join(missing)})")
@@ -349,6 +224,161 @@ def _swap_in(new: Path, path: Path) -> None:
     shutil.rmtree(old)
 
 
+def _history_rows(rec: PointRecord, history: list[Var]) -> int:
+    """The number of evaluations ``rec`` holds: its history arrays (those given) agree on it."""
+    rows = {v.name: int(np.shape(getattr(rec, v.name))[0]) for v in history if getattr(rec, v.name) is not None}
+    if len(set(rows.values())) > 1:
+        raise ValueError("history arrays disagree on the number of iterations: "
+                         + ", ".join(f"{k} {n}" for k, n in rows.items()))
+    return rows.get("history_voltage", 0)
+
+
+def _checked_axes(frequencies_hz, harmonics, actuators, max_iterations):
+    """(frequencies, harmonic orders, actuator names, iteration rows) of a new store, checked."""
+    f = np.asarray(frequencies_hz, dtype=float)
+    if f.ndim != 1 or f.size == 0 or np.any(np.isinf(f)) or np.any(f[np.isfinite(f)] <= 0):
+        raise ValueError("frequencies_hz must be a non-empty 1-D array of positive frequencies (NaN: an open slot)")
+    h = np.asarray(harmonics, dtype=int)
+    if h.ndim != 1 or h.size == 0 or np.any(h < 0) or len(set(h.tolist())) != h.size:
+        raise ValueError(f"harmonics must be distinct non-negative orders, got {harmonics!r}")
+    act = [str(a) for a in actuators]
+    if not act or len(set(act)) != len(act) or not all(act):
+        raise ValueError(f"actuators must be distinct non-empty names, got {actuators!r}")
+    if int(max_iterations) != max_iterations or max_iterations < 0:
+        raise ValueError("max_iterations must be a non-negative integer")
+    return f, h, act, int(max_iterations) + 1
+
+
+def _creation_target(path: Path, overwrite: bool) -> tuple[Path, bool]:
+    """(where to write the new store, whether it replaces one at ``path``); UserError naming the
+    path when it cannot be written or holds something that is not a run store."""
+    if not str(path) or str(path) in (".", ".."):
+        raise UserError(f"{str(path)!r}: not a usable store path (give a directory name such as runs/NAME.zarr)")
+    replace = False
+    if path.exists() or path.is_symlink():
+        if not overwrite:
+            raise UserError(f"{path}: a run store already exists there (use --store PATH, `hbtest resume` it, or --overwrite)")
+        if not (_is_store(path) or (path.is_dir() and not path.is_symlink() and not any(path.iterdir()))):
+            raise UserError(f"{path}: exists and is not an hbtest run store; refusing to overwrite it")
+        replace = True
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{path.parent}: cannot create the store's directory ({e.strerror or e})") from None
+    if not path.parent.is_dir():
+        raise UserError(f"{path.parent}: is not a directory; cannot create the run store {path.name}")
+    if not os.access(path.parent, os.W_OK):
+        raise UserError(f"{path.parent}: directory is not writable; cannot create the run store {path.name}")
+    # with --overwrite the new store is written beside the old one and swapped in only
+    # once it is complete: an interruption leaves the old store or the new one
+    target = path.with_name(f".{path.name}.new-{os.getpid()}") if replace else path
+    if replace and target.exists():
+        shutil.rmtree(target)
+    return target, replace
+
+
+def _axis_coords(f, h, act, ni: int, legs) -> dict:
+    """The coordinates every store has: frequency, point, leg, dof, harmonic, actuator, iteration."""
+    leg_values = sweep_legs(f) if legs is None else np.asarray(legs, dtype=np.int64)
+    if leg_values.shape != f.shape:
+        raise ValueError("legs must give a leg for every frequency slot")
+    return {
+        "frequency": ("frequency", f, {"units": "Hz", "long_name": "forcing frequency, in test order (may repeat: index by position or by point)"}),
+        "point": ("frequency", np.arange(f.size, dtype=np.int64), {"units": "1", "long_name": "test index of the slot"}),
+        "leg": ("frequency", leg_values, {"units": "1", "long_name": "sweep leg: 0 first monotone run, +1 at each reversal of direction"}),
+        "dof": ("dof", np.array(DOFS, dtype=object), {"long_name": "interface DOF: u transverse displacement [m], theta rotation [rad]"}),
+        "harmonic": ("harmonic", h.astype(np.int64), {"units": "1", "long_name": "harmonic order k (X_k = a_k - i b_k)"}),
+        "actuator": ("actuator", np.array(act, dtype=object), {"long_name": "actuator name"}),
+        "iteration": ("iteration", np.arange(ni, dtype=np.int64), {"units": "1", "long_name": "solver iteration (0 = starting voltage)"}),
+    }
+
+
+def _option_coords(f, sizes: dict, *, raw_records, channels, sync: bool, force_levels) -> dict:
+    """The coordinates of the optional dimensions (channel, variable, force_level), in that
+    order; adds their sizes to ``sizes``."""
+    coords: dict = {}
+    if raw_records is not None:
+        raw_names, raw_max = [str(c) for c in raw_records[0]], int(raw_records[1])
+        if not raw_names or len(set(raw_names)) != len(raw_names) or raw_max < 1:
+            raise ValueError(f"raw_records must be (distinct channel names, max_samples >= 1), got {raw_records!r}")
+        sizes.update(channel=len(raw_names), sample=raw_max)
+        coords["channel"] = ("channel", np.array(raw_names, dtype=object), {"long_name": "acquisition channel (raw records)"})
+    if channels is not None:
+        names = [str(c) for c in channels]
+        if not names or len(set(names)) != len(names) or ("channel" in coords and list(coords["channel"][1]) != names):
+            raise ValueError(f"channels must be distinct names (those of raw_records when both are given), got {channels!r}")
+        sizes["channel"] = len(names)
+        coords["channel"] = ("channel", np.array(names, dtype=object), {"long_name": "acquisition channel"})
+    if sync:
+        from ..sync import VARIABLES as _SYNC_VARIABLES
+
+        sizes["variable"] = len(_SYNC_VARIABLES)
+        coords["variable"] = ("variable", np.array(_SYNC_VARIABLES, dtype=object), {"long_name": "interface variable of the sync metrics: u [m], theta [rad], shear T [N], moment M [N m]"})
+    if force_levels is not None:
+        lv = np.asarray(force_levels, dtype=float)
+        if lv.shape != f.shape or not np.all(np.isfinite(lv)) or np.any(lv <= 0):
+            raise ValueError("force_levels must give a positive amplitude for every frequency slot")
+        coords["force_level"] = ("frequency", lv, {"units": "N", "long_name": "external force amplitude of the slot's level (stepped-force family)"})
+    return coords
+
+
+def _allocation(n: int, sizes: dict, options: dict) -> tuple[dict, dict]:
+    """(data variables, zarr encoding) of a new store: every table variable its options
+    allocate, filled, one slot per chunk along ``frequency``."""
+    data_vars, encoding = {}, {}
+    for var in VARIABLES:
+        if var.when is not None and not options[var.when]:
+            continue
+        shape = (n,) + tuple(sizes[d] for d in var.dims)
+        # zero-stride template: nothing is allocated and, since it equals the fill value,
+        # zarr writes no chunk for it
+        template = np.broadcast_to(np.array(var.fill, dtype=var.dtype), shape)
+        data_vars[var.name] = (("frequency",) + var.dims, template, var.attrs())
+        encoding[var.name] = {"chunks": (1,) + shape[1:], "fill_value": var.fill}
+    return data_vars, encoding
+
+
+def _write_new(ds, encoding: dict, target: Path, replaces: Path | None) -> None:
+    """Write the new store at ``target`` and, when it ``replaces`` one, swap it in there."""
+    try:
+        ds.to_zarr(str(target), mode="w-", zarr_format=3, consolidated=False, encoding=encoding)
+    except OSError as e:
+        shutil.rmtree(target, ignore_errors=True)
+        raise UserError(f"{replaces or target}: cannot write the run store ({e.strerror or e})") from None
+    if replaces is not None:
+        _swap_in(target, replaces)
+
+
+def _root_attrs(attrs: dict, f: np.ndarray) -> dict:
+    """The group attributes of a new store: marker, schema, provenance, status, then ``attrs``."""
+    commit, dirty = git_state()
+    now = _utc_now()
+    root_attrs = {
+        "hbtest_store": _MARKER,
+        "schema_version": SCHEMA_VERSION,
+        "title": "hbtest run",
+        "status": "running",
+        "created_utc": now,
+        "updated_utc": now,
+        "versions": package_versions(),
+        "git_commit": commit,
+        "git_dirty": dirty,
+    }
+    for key in ("sweep_text", "sweep_sha256", "sweep_path", "rig_text", "rig_sha256", "rig_path", "rig_identity", "profile"):
+        root_attrs[key] = None
+    root_attrs["overrides"] = []
+    # NaN frequencies are open slots (arclength continuation): each gets its frequency
+    # when its point is written (write_point)
+    root_attrs["open_slots"] = bool(np.isnan(f).any())
+    root_attrs.update(_jsonable(dict(attrs)))
+    root_attrs["hbtest_store"] = _MARKER
+    root_attrs["schema_version"] = SCHEMA_VERSION
+    root_attrs.setdefault("status", "running")
+    if root_attrs["status"] not in STATUSES:
+        raise ValueError(f"status must be one of {STATUSES}")
+    return root_attrs
+
+
 class RunStore:
     """A run store on disk (see the module docstring for the schema).
 
@@ -359,21 +389,24 @@ class RunStore:
         self.path = Path(path)
         import zarr
 
-        g = zarr.open_group(str(self.path), mode="r")
+        g: Any = zarr.open_group(str(self.path), mode="r")  # zarr's types do not tell arrays from groups
+        keys = set(g.array_keys())
         self.frequencies_hz = np.asarray(g["frequency"][...], dtype=float)
         self.harmonics = tuple(int(k) for k in g["harmonic"][...])
         self.actuators = tuple(str(a) for a in g["actuator"][...])
         self.max_iterations = int(g["iteration"].shape[0]) - 1
-        self.has_reference = "reference_interface_displacement" in g.array_keys()
-        self.has_point_notes = "frequency_requested" in g.array_keys()  # optional, see _OPTIONAL
-        self.has_solution_offset = "solution_offset" in g.array_keys()  # optional, see _OPTIONAL
-        self.has_displacement_uncertainty = "displacement_uncertainty" in g.array_keys()  # optional, see _OPTIONAL
         self.schema_version = int(g.attrs.get("schema_version", 1))
-        self.raw_channels = tuple(str(c) for c in g["channel"][...]) if "raw_samples" in g.array_keys() else ()
+        #: the store's arrays: an optional variable (``Var.may_lack``) is written where it is here
+        self.variables = frozenset(keys)
+        channels = tuple(str(c) for c in g["channel"][...]) if "channel" in keys else ()
+        self.raw_channels = channels if "raw_samples" in keys else ()
         self.raw_max_samples = int(g["raw_samples"].shape[-1]) if self.raw_channels else 0
-        self.variables = frozenset(g.array_keys())
-        keys = set(g.array_keys())
-        self.evaluation_channels = tuple(str(c) for c in g["channel"][...]) if set(EVALUATION_VARIABLES) <= keys else ()
+        self.evaluation_channels = channels if set(EVALUATION_VARIABLES) <= keys else ()
+        #: the size of every dimension after ``frequency``
+        self.sizes: dict[str, int] = {d: int(g[d].shape[0]) for d in ("dof", "harmonic", "actuator", "iteration", "variable", "channel")
+                      if d in keys}
+        if self.raw_channels:
+            self.sizes["sample"] = self.raw_max_samples
 
     @property
     def n_points(self) -> int:
@@ -417,150 +450,25 @@ class RunStore:
         ``harmonic_active`` the per-point mask of balanced orders (``sweep.harmonics = "auto"``).
         ``channels`` (the rig layout's channel names) allocates the per-evaluation raw channel
         coefficients (:data:`EVALUATION_VARIABLES`); with ``raw_records`` too, the names agree.
-        ``design`` allocates :data:`DESIGN_VARIABLES` (an adaptive ``sweep.strategy``).
+        ``design`` allocates :data:`DESIGN_VARIABLES` (an adaptive ``sweep.strategy``). Each
+        option allocates the table's variables declaring it (``Var.when``).
 
         An existing store is replaced only with ``overwrite=True``, and only if it is an hbtest
         run store or an empty directory (never an arbitrary directory)."""
         import xarray as xr
 
         path = Path(path)
-        f = np.asarray(frequencies_hz, dtype=float)
-        if f.ndim != 1 or f.size == 0 or np.any(np.isinf(f)) or np.any(f[np.isfinite(f)] <= 0):
-            raise ValueError("frequencies_hz must be a non-empty 1-D array of positive frequencies (NaN: an open slot)")
-        h = np.asarray(harmonics, dtype=int)
-        if h.ndim != 1 or h.size == 0 or np.any(h < 0) or len(set(h.tolist())) != h.size:
-            raise ValueError(f"harmonics must be distinct non-negative orders, got {harmonics!r}")
-        act = [str(a) for a in actuators]
-        if not act or len(set(act)) != len(act) or not all(act):
-            raise ValueError(f"actuators must be distinct non-empty names, got {actuators!r}")
-        if int(max_iterations) != max_iterations or max_iterations < 0:
-            raise ValueError("max_iterations must be a non-negative integer")
-        max_iterations = int(max_iterations)
-
-        if not str(path) or str(path) in (".", ".."):
-            raise UserError(f"{str(path)!r}: not a usable store path (give a directory name such as runs/NAME.zarr)")
-        replace = False
-        if path.exists() or path.is_symlink():
-            if not overwrite:
-                raise UserError(f"{path}: a run store already exists there (use --store PATH, `hbtest resume` it, or --overwrite)")
-            if not (_is_store(path) or (path.is_dir() and not path.is_symlink() and not any(path.iterdir()))):
-                raise UserError(f"{path}: exists and is not an hbtest run store; refusing to overwrite it")
-            replace = True
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UserError(f"{path.parent}: cannot create the store's directory ({e.strerror or e})") from None
-        if not path.parent.is_dir():
-            raise UserError(f"{path.parent}: is not a directory; cannot create the run store {path.name}")
-        if not os.access(path.parent, os.W_OK):
-            raise UserError(f"{path.parent}: directory is not writable; cannot create the run store {path.name}")
-        # with --overwrite the new store is written beside the old one and swapped in only
-        # once it is complete: an interruption leaves the old store or the new one
-        target = path.with_name(f".{path.name}.new-{os.getpid()}") if replace else path
-        if replace and target.exists():
-            shutil.rmtree(target)
-
-        n, nh, na, ni = f.size, h.size, len(act), max_iterations + 1
-        from ..sync import VARIABLES as _SYNC_VARIABLES
-
-        sizes = {"dof": 2, "harmonic": nh, "actuator": na, "iteration": ni}
-        family_coords = {}
-        if sync:
-            sizes["variable"] = len(_SYNC_VARIABLES)
-            family_coords["variable"] = ("variable", np.array(_SYNC_VARIABLES, dtype=object), {"long_name": "interface variable of the sync metrics: u [m], theta [rad], shear T [N], moment M [N m]"})
-        if force_levels is not None:
-            lv = np.asarray(force_levels, dtype=float)
-            if lv.shape != f.shape or not np.all(np.isfinite(lv)) or np.any(lv <= 0):
-                raise ValueError("force_levels must give a positive amplitude for every frequency slot")
-            family_coords["force_level"] = ("frequency", lv, {"units": "N", "long_name": "external force amplitude of the slot's level (stepped-force family)"})
-        leg_values = sweep_legs(f) if legs is None else np.asarray(legs, dtype=np.int64)
-        if leg_values.shape != f.shape:
-            raise ValueError("legs must give a leg for every frequency slot")
-        raw_coords = {}
-        if raw_records is not None:
-            raw_names, raw_max = [str(c) for c in raw_records[0]], int(raw_records[1])
-            if not raw_names or len(set(raw_names)) != len(raw_names) or raw_max < 1:
-                raise ValueError(f"raw_records must be (distinct channel names, max_samples >= 1), got {raw_records!r}")
-            sizes.update(channel=len(raw_names), sample=raw_max)
-            raw_coords["channel"] = ("channel", np.array(raw_names, dtype=object), {"long_name": "acquisition channel (raw records)"})
-        if channels is not None:
-            names = [str(c) for c in channels]
-            if not names or len(set(names)) != len(names) or ("channel" in raw_coords and list(raw_coords["channel"][1]) != names):
-                raise ValueError(f"channels must be distinct names (those of raw_records when both are given), got {channels!r}")
-            sizes["channel"] = len(names)
-            raw_coords["channel"] = ("channel", np.array(names, dtype=object), {"long_name": "acquisition channel"})
-        data_vars = {}
-        encoding = {}
-        for name, (dims, kind, units, long_name) in _SCHEMA.items():
-            if name == "reference_interface_displacement" and not reference:
-                continue
-            if name in RAW_VARIABLES and raw_records is None:
-                continue
-            if (name in SYNC_VARIABLES and not sync) or (name == "harmonic_active" and not harmonic_active):
-                continue
-            if name in EVALUATION_VARIABLES and channels is None:
-                continue
-            if name in DESIGN_VARIABLES and not design:
-                continue
-            shape = (n,) + tuple(sizes[d] for d in dims)
-            fill = _FILL[kind]
-            # zero-stride template: nothing is allocated and, since it equals the fill value,
-            # zarr writes no chunk for it
-            arr = np.broadcast_to(np.array(fill, dtype=_DTYPE[kind]), shape)
-            va = {"units": units, "long_name": long_name}
-            if units in _DOF_UNITS:
-                va["dof_units"] = _DOF_UNITS[units]
-            data_vars[name] = (("frequency",) + dims, arr, va)
-            encoding[name] = {"chunks": (1,) + shape[1:], "fill_value": fill}
-
-        commit, dirty = git_state()
-        now = _utc_now()
-        root_attrs = {
-            "hbtest_store": _MARKER,
-            "schema_version": SCHEMA_VERSION,
-            "title": "hbtest run",
-            "status": "running",
-            "created_utc": now,
-            "updated_utc": now,
-            "versions": package_versions(),
-            "git_commit": commit,
-            "git_dirty": dirty,
-        }
-        for key in ("sweep_text", "sweep_sha256", "sweep_path", "rig_text", "rig_sha256", "rig_path", "rig_identity", "profile"):
-            root_attrs[key] = None
-        root_attrs["overrides"] = []
-        # NaN frequencies are open slots (arclength continuation): each gets its frequency
-        # when its point is written (write_point)
-        root_attrs["open_slots"] = bool(np.isnan(f).any())
-        root_attrs.update(_jsonable(dict(attrs)))
-        root_attrs["hbtest_store"] = _MARKER
-        root_attrs["schema_version"] = SCHEMA_VERSION
-        root_attrs.setdefault("status", "running")
-        if root_attrs["status"] not in STATUSES:
-            raise ValueError(f"status must be one of {STATUSES}")
-
-        ds = xr.Dataset(
-            data_vars,
-            coords={
-                "frequency": ("frequency", f, {"units": "Hz", "long_name": "forcing frequency, in test order (may repeat: index by position or by point)"}),
-                "point": ("frequency", np.arange(n, dtype=np.int64), {"units": "1", "long_name": "test index of the slot"}),
-                "leg": ("frequency", leg_values, {"units": "1", "long_name": "sweep leg: 0 first monotone run, +1 at each reversal of direction"}),
-                "dof": ("dof", np.array(DOFS, dtype=object), {"long_name": "interface DOF: u transverse displacement [m], theta rotation [rad]"}),
-                "harmonic": ("harmonic", h.astype(np.int64), {"units": "1", "long_name": "harmonic order k (X_k = a_k - i b_k)"}),
-                "actuator": ("actuator", np.array(act, dtype=object), {"long_name": "actuator name"}),
-                "iteration": ("iteration", np.arange(ni, dtype=np.int64), {"units": "1", "long_name": "solver iteration (0 = starting voltage)"}),
-                **raw_coords,
-                **family_coords,
-            },
-            attrs=root_attrs,
-        )
-        try:
-            ds.to_zarr(str(target), mode="w-", zarr_format=3, consolidated=False, encoding=encoding)
-        except OSError as e:
-            shutil.rmtree(target, ignore_errors=True)
-            raise UserError(f"{path}: cannot write the run store ({e.strerror or e})") from None
-        if replace:
-            _swap_in(target, path)
+        f, h, act, ni = _checked_axes(frequencies_hz, harmonics, actuators, max_iterations)
+        target, replace = _creation_target(path, overwrite)
+        sizes = {"dof": 2, "harmonic": h.size, "actuator": len(act), "iteration": ni}
+        coords = _axis_coords(f, h, act, ni, legs)
+        coords.update(_option_coords(f, sizes, raw_records=raw_records, channels=channels, sync=sync,
+                                     force_levels=force_levels))
+        options = {"reference": reference, "raw_records": raw_records is not None, "sync": sync,
+                   "harmonic_active": harmonic_active, "channels": channels is not None, "design": design}
+        data_vars, encoding = _allocation(f.size, sizes, options)
+        ds = xr.Dataset(data_vars, coords=coords, attrs=_root_attrs(attrs, f))
+        _write_new(ds, encoding, target, path if replace else None)
         return cls(path)
 
     @classmethod
@@ -633,95 +541,54 @@ class RunStore:
             self._write_frequency(index, float(rec.frequency_hz))
         elif not np.isclose(float(rec.frequency_hz), f_slot, rtol=1e-9, atol=0.0):
             raise ValueError(f"record at {rec.frequency_hz} Hz does not belong in slot {index} ({f_slot} Hz)")
-        nh, na, ni = len(self.harmonics), len(self.actuators), self.max_iterations + 1
-
-        def arr(value, shape, kind, name):
-            a = np.asarray(value, dtype=_DTYPE[kind])
-            if a.shape != shape:
-                raise ValueError(f"{name}: expected shape {shape}, got {a.shape}")
-            return a
-
-        def hist(value, shape, kind, name):
-            a = np.asarray(value, dtype=_DTYPE[kind])
-            if a.ndim != len(shape) + 1 or a.shape[1:] != shape:
-                raise ValueError(f"{name}: expected shape (n_iter, {', '.join(map(str, shape))}), got {a.shape}")
-            if a.shape[0] > ni:
-                raise ValueError(f"{name}: {a.shape[0]} iterations recorded, the store holds {ni} (max_iterations + 1)")
-            out = np.full((ni,) + shape, _FILL[kind], dtype=_DTYPE[kind])
-            out[: a.shape[0]] = a
-            return out, a.shape[0]
-
-        hv, n1 = hist(rec.history_voltage, (na, nh), "c", "history_voltage")
-        hr, n2 = hist(rec.history_residual, (2, nh), "c", "history_residual")
-        hn, n3 = hist(rec.history_residual_norm, (), "f", "history_residual_norm")
-        hp, n4 = hist(rec.history_periods, (), "f", "history_periods")
-        if len({n1, n2, n3, n4}) != 1:
-            raise ValueError(f"history arrays disagree on the number of iterations: {n1}, {n2}, {n3}, {n4}")
-        values = {
-            "interface_displacement": arr(rec.interface_displacement, (2, nh), "c", "interface_displacement"),
-            "interface_force": arr(rec.interface_force, (2, nh), "c", "interface_force"),
-            "numerical_displacement": arr(rec.numerical_displacement, (2, nh), "c", "numerical_displacement"),
-            "external_force": arr(rec.external_force, (nh,), "c", "external_force"),
-            "voltage": arr(rec.voltage, (na, nh), "c", "voltage"),
-            "interface_displacement_variance": arr(rec.displacement_variance, (2, nh), "f", "displacement_variance"),
-            "interface_force_variance": arr(rec.force_variance, (2, nh), "f", "force_variance"),
-            "excluded_energy_fraction": (
-                np.full(2, np.nan) if rec.excluded_energy_fraction is None else arr(rec.excluded_energy_fraction, (2,), "f", "excluded_energy_fraction")
-            ),
-            "converged": np.bool_(bool(rec.converged)),
-            "iterations": np.int32(int(rec.iterations)),
-            "residual_norm": np.float64(rec.residual_norm),
-            "rig_periods": np.float64(rec.rig_periods),
-            "message": np.array(str(rec.message or ""), dtype=object),
-            "stop_reason": np.array(str(rec.stop_reason or ""), dtype=object),
-            "written_utc": np.float64(_dt.datetime.now(_dt.timezone.utc).timestamp()),
-            "history_voltage": hv,
-            "history_residual": hr,
-            "history_residual_norm": hn,
-            "history_periods": hp,
-            "history_length": np.int32(n1),
-        }
-        if self.has_point_notes:
-            values["frequency_requested"] = np.float64(rec.frequency_hz if rec.frequency_requested is None else rec.frequency_requested)
-            values["point_note"] = np.array(str(rec.point_note or ""), dtype=object)
-        if self.has_solution_offset:
-            values["solution_offset"] = np.float64(rec.solution_offset)
-        if self.has_displacement_uncertainty:
-            values["displacement_uncertainty"] = np.float64(rec.displacement_uncertainty)
-        if self.has_reference:
-            ref = rec.reference_interface_displacement
-            values["reference_interface_displacement"] = np.full((2, nh), _CNAN) if ref is None else arr(ref, (2, nh), "c", "reference_interface_displacement")
-        elif rec.reference_interface_displacement is not None:
-            raise ValueError(f"{self.path}: store was created without reference_interface_displacement")
-        if self.raw_channels:
-            values.update(self._raw_values(rec.raw_record))
-        opt = {
-            "numerical_force": (rec.numerical_force, (2, nh), "c"),
-            "sync_amplitude_ratio": (rec.sync_amplitude_ratio, (4, nh), "f"),
-            "sync_phase_deg": (rec.sync_phase_deg, (4, nh), "f"),
-        }
-        for name, (v, shape, kind) in opt.items():
-            if name in self.variables:
-                values[name] = np.full(shape, _FILL[kind], dtype=_DTYPE[kind]) if v is None else arr(v, shape, kind, name)
-        if "harmonic_active" in self.variables:
-            values["harmonic_active"] = np.ones(nh, dtype=bool) if rec.harmonic_active is None else arr(rec.harmonic_active, (nh,), "b", "harmonic_active")
-        if self.evaluation_channels:
-            nc = len(self.evaluation_channels)
-            for name in EVALUATION_VARIABLES:
-                kind = _SCHEMA[name][1]
-                got = getattr(rec, name)
-                if got is None:
-                    values[name] = np.full((ni, nc, nh), _FILL[kind], dtype=_DTYPE[kind])
-                    continue
-                values[name], n5 = hist(got, (nc, nh), kind, name)
-                if n5 != n1:
-                    raise ValueError(f"{name}: {n5} evaluations recorded, history_voltage has {n1}")
-        data = xr.Dataset({k: (("frequency",) + _SCHEMA[k][0], np.asarray(v)[None, ...]) for k, v in values.items()})
+        values = self.point_values(rec)
+        data = xr.Dataset({k: (("frequency",) + SCHEMA[k].dims, np.asarray(v)[None, ...]) for k, v in values.items()})
         flag = lambda v: xr.Dataset({"done": (("frequency",), np.array([v], dtype=bool))})  # noqa: E731
         if self.done()[index]:
             self._region_write(flag(False), index)
         self._region_write(data, index)
         self._region_write(flag(True), index)
+
+    def point_values(self, rec: PointRecord) -> dict:
+        """The value of every per-point variable this store holds (``done`` and the design
+        variables aside), in the store's shapes and dtypes: the table's record variables
+        (:data:`VARIABLES`), the raw record's and the store's bookkeeping. ValueError on a shape
+        the store was not allocated for."""
+        values = {}
+        for var in VARIABLES:
+            if var.source != "record":
+                continue
+            if var.name in self.variables:
+                values[var.name] = self._record_value(var, rec)
+            elif var.strict and getattr(rec, var.name) is not None:
+                raise ValueError(f"{self.path}: store was created without {var.name}")
+        rows = _history_rows(rec, [v for v in VARIABLES if v.history and v.name in values])
+        if self.raw_channels:
+            values.update(self._raw_values(rec.raw_record))
+        values["written_utc"] = np.float64(_dt.datetime.now(_dt.timezone.utc).timestamp())
+        values["history_length"] = np.int32(rows)
+        return values
+
+    def _record_value(self, var: Var, rec: PointRecord):
+        """One record variable in the store's shape and dtype (a history padded with its fill)."""
+        value = getattr(rec, var.name)
+        shape = tuple(self.sizes[d] for d in var.dims)
+        if value is None:
+            return var.missing(rec, shape)
+        if not var.dims:
+            return var.scalar(value)
+        a = np.asarray(value, dtype=var.dtype)
+        if not var.history:
+            if a.shape != shape:
+                raise ValueError(f"{var.name}: expected shape {shape}, got {a.shape}")
+            return a
+        if a.ndim != len(shape) or a.shape[1:] != shape[1:]:
+            raise ValueError(f"{var.name}: expected shape (n_iter, {', '.join(map(str, shape[1:]))}), got {a.shape}")
+        if a.shape[0] > shape[0]:
+            raise ValueError(f"{var.name}: {a.shape[0]} iterations recorded, the store holds {shape[0]} (max_iterations + 1)")
+        out = np.full(shape, var.fill, dtype=var.dtype)
+        out[: a.shape[0]] = a
+        return out
 
     def write_design(self, index: int, reason: str | None = None, **estimate) -> None:
         """Write the adaptive strategy's variables of slot ``index`` (:data:`DESIGN_VARIABLES`
@@ -729,7 +596,7 @@ class RunStore:
         others of the slot are left as they are."""
         import xarray as xr
 
-        values = {} if reason is None else {"design_reason": np.array(str(reason), dtype=object)}
+        values: dict[str, object] = {} if reason is None else {"design_reason": np.array(str(reason), dtype=object)}
         values.update({f"design_{k}": np.float64(v) for k, v in estimate.items()})
         unknown = [k for k in values if k not in DESIGN_VARIABLES or k not in self.variables]
         if unknown:
@@ -811,14 +678,15 @@ class RunStore:
 
         if not (np.isfinite(frequency_hz) and frequency_hz > 0):
             raise ValueError(f"slot {index}: frequency {frequency_hz!r} is not a positive number")
-        zarr.open_group(str(self.path), mode="r+")["frequency"][index] = frequency_hz
+        g: Any = zarr.open_group(str(self.path), mode="r+")
+        g["frequency"][index] = frequency_hz
         self.frequencies_hz[index] = frequency_hz
 
     def done(self) -> np.ndarray:
         """``done`` flag of every slot, read fresh from disk."""
         import zarr
 
-        g = zarr.open_group(str(self.path), mode="r")
+        g: Any = zarr.open_group(str(self.path), mode="r")
         return np.asarray(g["done"][...], dtype=bool)
 
     @property
@@ -833,44 +701,29 @@ class RunStore:
         return _open(self.path)
 
     def read_point(self, index: int) -> PointRecord:
-        """The record written in slot ``index`` (histories trimmed to their recorded length).
-        Raises ``ValueError`` for a slot that is not done."""
+        """The record written in slot ``index`` (histories trimmed to their recorded length; a
+        variable the store lacks keeps the record's default). Raises ``ValueError`` for a slot that
+        is not done."""
         index = int(index)
         ds = self.dataset().isel(frequency=index).load()
         if not bool(ds["done"]):
             raise ValueError(f"slot {index} of {self.path} holds no finished point")
         n = int(ds["history_length"])
-        ref = ds["reference_interface_displacement"].values if self.has_reference else None
-        if ref is not None and np.all(np.isnan(ref)):
-            ref = None
-        ex = ds["excluded_energy_fraction"].values
-        return PointRecord(
-            frequency_hz=float(ds["frequency"]),
-            interface_displacement=ds["interface_displacement"].values,
-            interface_force=ds["interface_force"].values,
-            numerical_displacement=ds["numerical_displacement"].values,
-            external_force=ds["external_force"].values,
-            voltage=ds["voltage"].values,
-            displacement_variance=ds["interface_displacement_variance"].values,
-            force_variance=ds["interface_force_variance"].values,
-            converged=bool(ds["converged"]),
-            iterations=int(ds["iterations"]),
-            residual_norm=float(ds["residual_norm"]),
-            rig_periods=float(ds["rig_periods"]),
-            history_voltage=ds["history_voltage"].values[:n],
-            history_residual=ds["history_residual"].values[:n],
-            history_residual_norm=ds["history_residual_norm"].values[:n],
-            history_periods=ds["history_periods"].values[:n],
-            reference_interface_displacement=ref,
-            message=str(ds["message"].values),
-            stop_reason=str(ds["stop_reason"].values) if "stop_reason" in ds else "",
-            excluded_energy_fraction=None if np.all(np.isnan(ex)) else ex,
-            **{name: (ds[name].values[:n] if name in ds and not np.all(np.isnan(ds[name].values[:n])) else None) for name in EVALUATION_VARIABLES},
-            frequency_requested=float(ds["frequency_requested"]) if self.has_point_notes else None,
-            point_note=str(ds["point_note"].values) if self.has_point_notes else "",
-            solution_offset=float(ds["solution_offset"]) if self.has_solution_offset else 0.0,
-            displacement_uncertainty=float(ds["displacement_uncertainty"]) if self.has_displacement_uncertainty else float("nan"),
-        )
+        stored = {var.name: _read_value(var, ds[var.name].values, n) for var in VARIABLES
+                  if var.source == "record" and var.name in self.variables}
+        return PointRecord(frequency_hz=float(ds["frequency"]), **stored)
+
+
+def _read_value(var: Var, a: np.ndarray, rows: int):
+    """A stored value of one slot as the record holds it: a scalar as a Python value, a history
+    trimmed to ``rows``, an optional array holding only NaN as None."""
+    if var.history:
+        a = a[:rows]
+    if not var.dims:
+        return {"b": bool, "i": int, "f": float, "s": str}[var.kind](a)
+    if var.name in NONE_MEANS_ABSENT and var.kind in "cf" and np.all(np.isnan(a)):
+        return None
+    return a
 
 
 def _open(path):
