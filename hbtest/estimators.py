@@ -47,12 +47,16 @@ class TransientFit:
         covariance and the residual noise (white-noise model).
     modes: the eigenvalues fitted (Im >= 0 members).
     residual_rms: real (...,) — rms of what the model does not explain.
+    correlation: (n, n) correlation of the residuals of the ``n`` leading-axis signals (flattened):
+        the noise shared between channels (e.g. pickup common to two gauge cables), which the
+        white-noise variances alone do not carry; None for a single signal.
     """
 
     coefficients: np.ndarray
     variance: np.ndarray
     modes: np.ndarray
     residual_rms: np.ndarray
+    correlation: np.ndarray | None = None
 
 
 def relevant_modes(modes, since_s: float, sample_rate_hz: float) -> np.ndarray:
@@ -139,7 +143,8 @@ def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | 
             per.append(cov_diag[i] + cov_diag[i + 1])
             i += 2
     var = np.multiply.outer(s2, np.array(per)).reshape(lead + (orders.size,))
-    return TransientFit(coef, var, lam, np.sqrt(s2).reshape(lead))
+    corr = np.corrcoef(resid, rowvar=False) if xs.shape[1] > 1 and np.all(s2 > 0) else None
+    return TransientFit(coef, var, lam, np.sqrt(s2).reshape(lead), corr)
 
 
 #: :func:`pool_affine` drops an evaluation (the farthest from ``at`` first) while some

@@ -402,7 +402,7 @@ class PointLoop:
         over = self._overrange(records)
         n_periods = int(sum(a.n_periods for a in records))
         rec = ChannelCoefficients({c: tf.coefficients[i, keep] for i, c in enumerate(names)}, {c: tf.variance[i, keep] for i, c in enumerate(names)},
-                                  self.orders, f, n_periods, records[-1].elapsed_s, over)
+                                  self.orders, f, n_periods, records[-1].elapsed_s, over, correlation=tf.correlation)
         return measure_interface_from_coefficients(rec, self.layout, self.orders, self.s.force_method), over
 
     def _overrange(self, records: list) -> tuple:
@@ -517,10 +517,11 @@ class PointLoop:
 
     def packed_output_correlation(self, num: NumericalSide, meas) -> np.ndarray | None:
         """Correlation matrix of the packed rig output ``Y`` of a measurement from the noise of
-        its raw channels (independent channels, circular complex noise): the sensor reduction
-        mixes channels (two lasers give u and theta, two gauges T and M), so the outputs'
-        errors are correlated. First order through the reduction, which is linear in the
-        channel coefficients. None when the measurement carries no raw channels."""
+        its raw channels (circular complex noise; correlated across channels as the
+        measurement's ``channel_correlation`` says, independent without it): the sensor
+        reduction mixes channels (two lasers give u and theta, two gauges T and M), so the
+        outputs' errors are correlated. First order through the reduction, which is linear in
+        the channel coefficients. None when the measurement carries no raw channels."""
         raw = getattr(meas, "raw_channels", None)
         if raw is None:
             return None
@@ -538,14 +539,18 @@ class PointLoop:
             return scaleY * np.concatenate([self.pack2(m.displacement), self.pack2(m.force)])
 
         base = packed(coef)
+        rho = getattr(meas, "channel_correlation", None)
+        rho = np.eye(coef.shape[0]) if rho is None else np.asarray(rho, dtype=float)
         cov = np.zeros((base.size, base.size))
-        for i in range(coef.shape[0]):
-            for k in range(coef.shape[1]):
-                for unit in (1.0, 1j):
+        for k in range(coef.shape[1]):
+            for unit in (1.0, 1j):
+                sens = np.zeros((coef.shape[0], base.size))  # output change per unit of channel i
+                for i in range(coef.shape[0]):
                     d = np.zeros_like(coef)
                     d[i, k] = unit
-                    t = packed(coef + d) - base
-                    cov += (var[i, k] / (2.0 if self.orders[k] != 0 else 1.0)) * np.outer(t, t)
+                    sens[i] = packed(coef + d) - base
+                sd = np.sqrt(var[:, k] / (2.0 if self.orders[k] != 0 else 1.0))
+                cov += sens.T @ (rho * np.outer(sd, sd)) @ sens
         sd = np.sqrt(np.diag(cov))
         ok = sd > 0
         corr = np.eye(base.size)
@@ -626,7 +631,8 @@ class PointLoop:
         return InterfaceMeasurement(self.orders, unpack(pl.value[:n] / scaleY[:n]), unpack(pl.value[n:] / scaleY[n:]),
                                     unpack_var(pl.variance[:n] / scaleY[:n] ** 2),
                                     unpack_var(pl.variance[n:] / scaleY[n:] ** 2), n_periods,
-                                    raw_channels=getattr(last.meas, "raw_channels", None))
+                                    raw_channels=getattr(last.meas, "raw_channels", None),
+                                    channel_correlation=getattr(last.meas, "channel_correlation", None))
 
     def force_residual(self, num: NumericalSide, meas) -> np.ndarray:
         """The force-form residual ``D_N U_P + F_P - F_e``, packed, in newtons: force rows in N,
