@@ -98,6 +98,25 @@ def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | 
         raise ValueError(f"clock has {c.size} samples, t has {t.size}")
     t0 = float(c[0]) if t0 is None else float(t0)
     lam = np.asarray(modes, dtype=complex).reshape(-1)
+    A, n_h = _transient_design(t, c, t0, frequency_hz, orders, lam, nuisance_hz)
+    if A.shape[0] <= A.shape[1]:
+        raise ValueError(f"{A.shape[0]} samples cannot resolve {A.shape[1]} regressors")
+    xs = np.moveaxis(x, -1, 0).reshape(t.size, -1)
+    beta, resid, cov_diag = _scaled_least_squares(A, xs, n_h)
+    dof = max(t.size - A.shape[1], 1)
+    s2 = np.sum(resid**2, axis=0) / dof  # (channels,)
+    lead = x.shape[:-1]
+    coef = unpack(beta[:n_h].T.reshape(lead + (n_h,)), orders)
+    var = np.multiply.outer(s2, _complex_variance(cov_diag, orders)).reshape(lead + (orders.size,))
+    corr = np.corrcoef(resid, rowvar=False) if xs.shape[1] > 1 and np.all(s2 > 0) else None
+    return TransientFit(coef, var, lam, np.sqrt(s2).reshape(lead), corr)
+
+
+def _transient_design(t, c, t0: float, frequency_hz: float, orders, lam, nuisance_hz) -> tuple[np.ndarray, int]:
+    """The regressors of :func:`fit_through_transient` (samples x columns) and how many of the
+    first are the harmonics': cos/sin of each order (DC: ones) at the demand times ``t``, then
+    cos/sin of each interferer not on a harmonic at the continuous clock ``c`` and the decay of
+    each mode (real: one column, complex: two) since ``t0`` on that clock [s]."""
     tau = c - t0
     cols = []
     for k in orders:
@@ -115,24 +134,25 @@ def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | 
             cols.append(env)
         else:
             cols += [env * np.cos(np.imag(m) * tau), env * np.sin(np.imag(m) * tau)]
-    A = np.stack(cols, axis=-1)
-    if A.shape[0] <= A.shape[1]:
-        raise ValueError(f"{A.shape[0]} samples cannot resolve {A.shape[1]} regressors")
-    # column scaling for conditioning; a QR solve of the whole problem
+    return np.stack(cols, axis=-1), n_h
+
+
+def _scaled_least_squares(A, xs, n_h: int):
+    """(coefficients, residuals, diagonal of the first ``n_h`` coefficients' covariance per unit
+    noise variance) of ``xs ~ A beta``: columns scaled for conditioning, one QR solve."""
     scale = np.linalg.norm(A, axis=0)
     scale[scale == 0] = 1.0
     As = A / scale
-    xs = np.moveaxis(x, -1, 0).reshape(t.size, -1)
     Q, Rm = np.linalg.qr(As)
     beta = np.linalg.lstsq(Rm, Q.T @ xs, rcond=1e-12)[0] / scale[:, None]
     resid = xs - A @ beta
-    dof = max(t.size - A.shape[1], 1)
-    s2 = np.sum(resid**2, axis=0) / dof  # (channels,)
     Rinv = np.linalg.pinv(Rm, rcond=1e-12)
-    cov_diag = np.sum(Rinv[:n_h] ** 2, axis=1) / scale[:n_h] ** 2  # (n_h,) per unit noise variance
-    lead = x.shape[:-1]
-    coef = unpack(beta[:n_h].T.reshape(lead + (n_h,)), orders)
-    # variance of the complex coefficient: var(a) + var(b) (DC: var(a))
+    return beta, resid, np.sum(Rinv[:n_h] ** 2, axis=1) / scale[:n_h] ** 2
+
+
+def _complex_variance(cov_diag, orders) -> np.ndarray:
+    """Per order, the variance of the complex coefficient per unit noise variance: var(a) +
+    var(b) from the cos/sin columns' ``cov_diag`` (DC: var(a))."""
     per = []
     i = 0
     for k in orders:
@@ -142,9 +162,7 @@ def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | 
         else:
             per.append(cov_diag[i] + cov_diag[i + 1])
             i += 2
-    var = np.multiply.outer(s2, np.array(per)).reshape(lead + (orders.size,))
-    corr = np.corrcoef(resid, rowvar=False) if xs.shape[1] > 1 and np.all(s2 > 0) else None
-    return TransientFit(coef, var, lam, np.sqrt(s2).reshape(lead), corr)
+    return np.array(per)
 
 
 #: :func:`pool_affine` drops an evaluation (the farthest from ``at`` first) while some
