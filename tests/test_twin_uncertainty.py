@@ -48,7 +48,13 @@ def test_stated_uncertainty_is_calibrated_on_the_reference_twin():
 def test_correlated_gauge_and_laser_variances_are_the_linear_maps():
     """(T, M) and (u, theta) variances of two correlated sensors equal ``J S J^T`` of the
     reduction's own linear map (applied to unit inputs), for several correlations."""
-    from hbtest.sensors import SensorLayout, _force_variance, _motion_variance, forces_finite_difference, lasers_to_motion_ls
+    from hbtest.sensors import (
+        SensorLayout,
+        _force_variance,
+        _motion_variance,
+        forces_finite_difference,
+        lasers_to_motion_ls,
+    )
 
     lay = SensorLayout(laser_spacing=0.03, gauge_positions=(0.005, 0.02), gauge_calibration=918.6)
     v = np.array([2.0, 3.0])
