@@ -332,6 +332,11 @@ MAINS_SEARCH_FRACTION = 0.01
 #: a mains multiple closer than this many frequency bins (1/T) to a fitted forcing harmonic is
 #: not used to estimate the mains frequency
 MAINS_CLEAR_BINS = 3.0
+#: a mains line counts as detected when its summed, noise-weighted power is this many times what
+#: white noise alone gives (each channel weighted by its residual variance); else no estimate (a
+#: twin without mains; and none either with the peak at the span's edge: a line outside it, or a
+#: transient's leakage)
+MAINS_DETECTION_RATIO = 25.0
 
 
 def _forcing_residual(t, x, frequency_hz: float, top: int) -> np.ndarray:
@@ -344,14 +349,29 @@ def _forcing_residual(t, x, frequency_hz: float, top: int) -> np.ndarray:
 
 
 def _demodulated_blocks(r, t, line_hz: float, block: int):
-    """Hann-windowed ``r`` (channels, N) shifted down by ``line_hz`` and averaged over blocks
-    of ``block`` samples (one nominal mains period: every other nominal multiple averages out):
-    (block values (channels, B), block centre times (B,) [s], window sum)."""
+    """``r`` (channels, N) shifted down by ``line_hz`` and summed over blocks of ``block``
+    samples (one nominal mains period: every other nominal multiple averages out), with a Hann
+    window and without: (Hann block values (channels, B), plain block values, block centre
+    times (B,) [s], Hann window sum)."""
     n = (t.size // block) * block
     w = np.hanning(n)
-    z = r[:, :n] * w * np.exp(-2j * np.pi * line_hz * (t[:n] - t[0]))
+    z = r[:, :n] * np.exp(-2j * np.pi * line_hz * (t[:n] - t[0]))
     tb = (t[:n] - t[0]).reshape(-1, block).mean(axis=1)
-    return z.reshape(r.shape[0], -1, block).sum(axis=2), tb, float(w.sum())
+    plain = z.reshape(r.shape[0], -1, block)
+    return (z * w).reshape(plain.shape).sum(axis=2), plain.sum(axis=2), tb, float(w.sum())
+
+
+def _refined_offset(lines, var, d0: float, step: float) -> float:
+    """The offset within ``d0 +/- step`` maximising the plain (rectangular-window) line power
+    summed as in :func:`mains_frequency`: the least-squares (maximum-likelihood) frequency of
+    a tone in white noise; the Hann grid only brackets it (its parabola is biased by ~1e-3 of
+    a bin, too much under a strong mains)."""
+    from scipy.optimize import minimize_scalar
+
+    def neg(dd):
+        return -sum(float(np.sum(np.abs(zp @ np.exp(-2j * np.pi * m * dd * tb)) ** 2 / var)) for m, _, zp, tb, _ in lines)
+
+    return float(minimize_scalar(neg, bounds=(d0 - step, d0 + step), method="bounded", options={"xatol": step * 1e-6}).x)
 
 
 def mains_frequency(t, x, frequency_hz: float, nominal_hz: float, multiples: int, top: int = 8) -> MainsEstimate | None:
@@ -364,8 +384,9 @@ def mains_frequency(t, x, frequency_hz: float, nominal_hz: float, multiples: int
     harmonic) is demodulated, averaged over nominal mains periods and its Hann-windowed power
     summed over channels (each weighted by the inverse of its residual variance) and multiples
     as a function of the common offset ``d`` (line ``m (nominal + d)``), ``|d| <= 1 %`` of
-    nominal; the maximum is refined by a parabola through the grid's top three points (grid step
-    ``1 / (8 m_max T)``). ``sd_hz``: the Cramer-Rao bound of a single-tone frequency estimate
+    nominal, on a grid of step ``1 / (8 m_max T)``; the maximum is refined, within a grid step,
+    on the rectangular-window power (:func:`_refined_offset`); None unless that maximum stands ``MAINS_DETECTION_RATIO`` times above
+    white noise's power and away from the span's edges. ``sd_hz``: the Cramer-Rao bound of a single-tone frequency estimate
     ``var f_line = 12 fs^2 / ((2 pi)^2 SNR N^3)``, ``SNR = A^2 / (2 sigma^2)``, combined over the
     lines as ``1 / sum(m^2 / var f_line)``: a lower bound (the Hann window costs ~1.5-2x, and a
     mains wandering within the record is not a single tone)."""
@@ -389,15 +410,16 @@ def mains_frequency(t, x, frequency_hz: float, nominal_hz: float, multiples: int
     power = np.zeros(d.size)
     lines = []
     for m in use:
-        zb, tb, wsum = _demodulated_blocks(r, t, m * nominal_hz, block)
+        zb, zp, tb, wsum = _demodulated_blocks(r, t, m * nominal_hz, block)
         P = np.abs(zb @ np.exp(-2j * np.pi * m * np.outer(tb, d))) ** 2  # (channels, grid)
         power += np.sum(P / var[:, None], axis=0)
-        lines.append((m, zb, tb, wsum))
-    i = int(np.clip(np.argmax(power), 1, d.size - 2))
-    a, b, c = np.log(power[i - 1 : i + 2])
-    den = a - 2 * b + c
-    off = float(d[i] + (0.5 * step * (a - c) / den if den < 0 else 0.0))
-    amps = [2 * np.abs(zb @ np.exp(-2j * np.pi * m * off * tb)) / wsum for m, zb, tb, wsum in lines]  # per channel
+        lines.append((m, zb, zp, tb, wsum))
+    i = int(np.argmax(power))
+    floor = len(use) * x.shape[0] * float(np.sum(np.hanning((N // block) * block) ** 2))  # white noise alone
+    if i < 2 or i > d.size - 3 or power[i] < MAINS_DETECTION_RATIO * floor:
+        return None  # no line inside the span standing clear of the floor (or one pulled to its edge)
+    off = _refined_offset(lines, var, float(d[i]), step)
+    amps = [2 * np.abs(zb @ np.exp(-2j * np.pi * m * off * tb)) / wsum for m, zb, _, tb, wsum in lines]  # per channel
     noise = np.maximum(var - sum(a**2 / 2 for a in amps), 0.01 * var)  # the residual's variance less the lines'
     info = sum(m**2 * float(np.sum(a**2 / (2 * noise))) for (m, *_), a in zip(lines, amps)) * (2 * np.pi) ** 2 * N**3 / (12 * fs**2)
     sd = 1.0 / np.sqrt(info) if info > 0 else np.inf

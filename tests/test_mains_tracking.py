@@ -2,9 +2,7 @@
 tracker (:meth:`hbtest.point.loop.PointLoop.track_mains`).
 
 Evidence: synthetic records with a known line (error against the stated Cramer-Rao bound, seeded);
-the two committed lab streams against the frequency ``scripts/fit_lab_noise.py`` found for them by
-an independent method (grid search of the least-squares residual,
-:func:`hbtest.rig.virtual.noisefit.mains_frequency`); the twin's own instantaneous mains frequency
+the twin's own instantaneous mains frequency
 (from its engine's mains phase) under the lab's wander.
 """
 
@@ -57,16 +55,24 @@ def test_no_line_clear_of_the_forcing_gives_none():
     assert mains_frequency(t, x, 16.69, 50.0, 3, top=9) is None
 
 
+def test_noise_alone_gives_no_estimate():
+    """White noise and a forcing line, no mains: no line stands above the floor."""
+    rng = np.random.default_rng(3)
+    t = np.arange(15000) / 5000.0
+    x = np.stack([3 * np.cos(2 * np.pi * 17.3 * t) + 0.1 * rng.standard_normal(t.size), 0.1 * rng.standard_normal(t.size)])
+    assert mains_frequency(t, x, 17.3, 50.0, 5) is None
+    assert mains_frequency(t, np.zeros_like(x), 17.3, 50.0, 5) is None
+
+
 @pytest.mark.parametrize("k", [0, 1])
-def test_lab_streams_agree_with_the_fit_script(k):
-    """The lab's 2-period front-gauge streams (0.12 s): within 0.02 Hz of the residual-grid fit
-    of ``scripts/fit_lab_noise.py`` and within 3 stated (inflated) uncertainties of it."""
+def test_lab_streams_are_too_short_to_estimate(k):
+    """The lab's 2-period streams (0.125 s) resolve a line to ~2/T = 16 Hz, far wider than the
+    +/-0.5 Hz span: the power peaks at the span's edge and no estimate is made (the loop keeps
+    the nominal frequency). (The lab's 50.07 Hz comes from a least-squares grid over 374 such
+    streams, ``scripts/fit_lab_noise.py``, constrained to 49.8-50.3 Hz.)"""
     st = FIXTURE["streams"][k]
-    y, phi = np.array(st["y"]), np.array(st["phi"])
-    t = np.arange(phi.size) / 1e4
-    e = mains_frequency(t, y[:1], st["frequency_hz"], 50.0, 5)
-    ref = FIXTURE["mains_frequency_hz"][st["row"]]
-    assert abs(e.frequency_hz - ref) < max(0.02, 3 * MAINS_SD_INFLATION * e.sd_hz)
+    y = np.array(st["y"])
+    assert mains_frequency(np.arange(y.shape[1]) / 1e4, y[:1], st["frequency_hz"], 50.0, 5) is None
 
 
 def test_loop_tracks_the_twins_wandering_mains():
