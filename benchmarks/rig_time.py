@@ -48,7 +48,10 @@ above, non-converged points with their stop reasons, and per sweep its
 ``periods_over_minimum``; then the overall ``periods_over_minimum=<x>`` and, last,
 ``rig_time_ratio=<published/hbtest>``.
 
-    python benchmarks/rig_time.py [--points N] [--sweeps FILE ...] [--seeds 1 2 3] [--profiles published hbtest] [--noise-free]
+Every sweep runs on the lab-calibrated reference twin (``--rig``, ``REFERENCE_RIG``) unless
+``--rig sweep``: the sweep's mechanics overrides are kept, its noise overrides dropped.
+
+    python benchmarks/rig_time.py [--points N] [--sweeps FILE ...] [--seeds 1 2 3] [--profiles published hbtest] [--noise-free] [--rig FILE|sweep]
 """
 
 from __future__ import annotations
@@ -79,11 +82,24 @@ PURPOSES = ("start", "iteration", "line_search", "finite_difference")
 NOISE_FREE = ["virtual.noise.laser_rms_um=0.0", "virtual.noise.gauge_rms_microstrain=0.0", "virtual.mains.amplitude_microstrain=0.0"]
 
 
-def run_profile(sweep_file: Path, profile: str, points: int | None, seed: int, noise_free: bool = False):
+#: ``--rig``: the sweeps run on this rig file (default the lab-calibrated reference twin); the
+#: sweep's own ``rig_set`` keeps its mechanics but not its noise (``virtual.noise.*``,
+#: ``virtual.mains.*``: e.g. the bare-beam sweep's strong mains, whose point is robustness)
+REFERENCE_RIG = ROOT / "instruments" / "virtual-cantilever.toml"
+NOISE_KEYS = ("virtual.noise.", "virtual.mains.")
+
+
+def run_profile(sweep_file: Path, profile: str, points: int | None, seed: int, noise_free: bool = False,
+                rig_file: Path | None = REFERENCE_RIG):
     """(cfg, rig, outcomes, references, wall seconds, exact-Jacobian uncertainties) of one
-    sweep, as the sweep runs it; the last is :func:`exact_jacobian_uncertainty` per point."""
+    sweep, as the sweep runs it (on ``rig_file`` when given, see ``REFERENCE_RIG``); the last
+    is :func:`exact_jacobian_uncertainty` per point."""
     overrides = [f"solver.profile={profile}"] + ([f"sweep.points={points}"] if points else [])
     cfg = load_sweep(sweep_file, overrides)
+    if rig_file is not None:
+        kept = [o for o in cfg.rig_overrides if not o.startswith(NOISE_KEYS)]
+        overrides += [f"rig={Path(rig_file).resolve()}", f"rig_set={kept!r}"]
+        cfg = load_sweep(sweep_file, overrides)
     if noise_free:
         cfg = load_sweep(sweep_file, overrides + [f"rig_set={list(cfg.rig_overrides) + NOISE_FREE!r}"])
     rig = open_rig(load_rig(cfg.rig_path, cfg.rig_overrides), seed=seed)
@@ -188,6 +204,8 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1], help="noise seeds of the twin")
     ap.add_argument("--profiles", nargs="+", default=["published", "hbtest"])
     ap.add_argument("--noise-free", action="store_true", help="the twin without sensor noise and mains (method against method)")
+    ap.add_argument("--rig", type=Path, default=REFERENCE_RIG,
+                    help="rig file every sweep runs on (default: the lab-calibrated reference twin; 'sweep': each sweep's own)")
     a = ap.parse_args()
     totals = {p: [0.0, 0] for p in a.profiles}
     minimum, acc_minimum = [], []
@@ -197,7 +215,7 @@ def main() -> int:
         sweep_ratio = []  # per point: stated sigma over the one through the exact Jacobian
         for profile in a.profiles:
             for seed in a.seeds:
-                cfg, rig, outs, refs, wall, sig_exact = run_profile(sweep, profile, a.points, seed, a.noise_free)
+                cfg, rig, outs, refs, wall, sig_exact = run_profile(sweep, profile, a.points, seed, a.noise_free, None if str(a.rig) == 'sweep' else a.rig)
                 n = len(outs)
                 conv = sum(o.converged for o in outs)
                 bd = [o.breakdown() for o in outs]

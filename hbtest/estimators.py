@@ -30,7 +30,7 @@ import numpy as np
 from .harmonics import check_orders, unpack
 
 __all__ = ["TransientFit", "fit_through_transient", "relevant_modes", "MODE_DECAY_LIMIT", "AffinePool", "pool_affine",
-           "POOL_OUTLIER_CHI2", "solution_uncertainty"]
+           "POOL_OUTLIER_CHI2", "solution_uncertainty", "MainsEstimate", "mains_frequency"]
 
 #: a mode is fitted only while it has not decayed by more than ``e^-MODE_DECAY_LIMIT`` at
 #: the start of the record (faster modes are gone before the fit starts: their columns would
@@ -47,12 +47,16 @@ class TransientFit:
         covariance and the residual noise (white-noise model).
     modes: the eigenvalues fitted (Im >= 0 members).
     residual_rms: real (...,) — rms of what the model does not explain.
+    correlation: (n, n) correlation of the residuals of the ``n`` leading-axis signals (flattened):
+        the noise shared between channels (e.g. pickup common to two gauge cables), which the
+        white-noise variances alone do not carry; None for a single signal.
     """
 
     coefficients: np.ndarray
     variance: np.ndarray
     modes: np.ndarray
     residual_rms: np.ndarray
+    correlation: np.ndarray | None = None
 
 
 def relevant_modes(modes, since_s: float, sample_rate_hz: float) -> np.ndarray:
@@ -94,6 +98,25 @@ def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | 
         raise ValueError(f"clock has {c.size} samples, t has {t.size}")
     t0 = float(c[0]) if t0 is None else float(t0)
     lam = np.asarray(modes, dtype=complex).reshape(-1)
+    A, n_h = _transient_design(t, c, t0, frequency_hz, orders, lam, nuisance_hz)
+    if A.shape[0] <= A.shape[1]:
+        raise ValueError(f"{A.shape[0]} samples cannot resolve {A.shape[1]} regressors")
+    xs = np.moveaxis(x, -1, 0).reshape(t.size, -1)
+    beta, resid, cov_diag = _scaled_least_squares(A, xs, n_h)
+    dof = max(t.size - A.shape[1], 1)
+    s2 = np.sum(resid**2, axis=0) / dof  # (channels,)
+    lead = x.shape[:-1]
+    coef = unpack(beta[:n_h].T.reshape(lead + (n_h,)), orders)
+    var = np.multiply.outer(s2, _complex_variance(cov_diag, orders)).reshape(lead + (orders.size,))
+    corr = np.corrcoef(resid, rowvar=False) if xs.shape[1] > 1 and np.all(s2 > 0) else None
+    return TransientFit(coef, var, lam, np.sqrt(s2).reshape(lead), corr)
+
+
+def _transient_design(t, c, t0: float, frequency_hz: float, orders, lam, nuisance_hz) -> tuple[np.ndarray, int]:
+    """The regressors of :func:`fit_through_transient` (samples x columns) and how many of the
+    first are the harmonics': cos/sin of each order (DC: ones) at the demand times ``t``, then
+    cos/sin of each interferer not on a harmonic at the continuous clock ``c`` and the decay of
+    each mode (real: one column, complex: two) since ``t0`` on that clock [s]."""
     tau = c - t0
     cols = []
     for k in orders:
@@ -111,24 +134,25 @@ def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | 
             cols.append(env)
         else:
             cols += [env * np.cos(np.imag(m) * tau), env * np.sin(np.imag(m) * tau)]
-    A = np.stack(cols, axis=-1)
-    if A.shape[0] <= A.shape[1]:
-        raise ValueError(f"{A.shape[0]} samples cannot resolve {A.shape[1]} regressors")
-    # column scaling for conditioning; a QR solve of the whole problem
+    return np.stack(cols, axis=-1), n_h
+
+
+def _scaled_least_squares(A, xs, n_h: int):
+    """(coefficients, residuals, diagonal of the first ``n_h`` coefficients' covariance per unit
+    noise variance) of ``xs ~ A beta``: columns scaled for conditioning, one QR solve."""
     scale = np.linalg.norm(A, axis=0)
     scale[scale == 0] = 1.0
     As = A / scale
-    xs = np.moveaxis(x, -1, 0).reshape(t.size, -1)
     Q, Rm = np.linalg.qr(As)
     beta = np.linalg.lstsq(Rm, Q.T @ xs, rcond=1e-12)[0] / scale[:, None]
     resid = xs - A @ beta
-    dof = max(t.size - A.shape[1], 1)
-    s2 = np.sum(resid**2, axis=0) / dof  # (channels,)
     Rinv = np.linalg.pinv(Rm, rcond=1e-12)
-    cov_diag = np.sum(Rinv[:n_h] ** 2, axis=1) / scale[:n_h] ** 2  # (n_h,) per unit noise variance
-    lead = x.shape[:-1]
-    coef = unpack(beta[:n_h].T.reshape(lead + (n_h,)), orders)
-    # variance of the complex coefficient: var(a) + var(b) (DC: var(a))
+    return beta, resid, np.sum(Rinv[:n_h] ** 2, axis=1) / scale[:n_h] ** 2
+
+
+def _complex_variance(cov_diag, orders) -> np.ndarray:
+    """Per order, the variance of the complex coefficient per unit noise variance: var(a) +
+    var(b) from the cos/sin columns' ``cov_diag`` (DC: var(a))."""
     per = []
     i = 0
     for k in orders:
@@ -138,8 +162,7 @@ def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | 
         else:
             per.append(cov_diag[i] + cov_diag[i + 1])
             i += 2
-    var = np.multiply.outer(s2, np.array(per)).reshape(lead + (orders.size,))
-    return TransientFit(coef, var, lam, np.sqrt(s2).reshape(lead))
+    return np.array(per)
 
 
 #: :func:`pool_affine` drops an evaluation (the farthest from ``at`` first) while some
@@ -290,3 +313,114 @@ def solution_uncertainty(G, P, var_Y, correlation, n: int, G_cov=None) -> float:
         Q = np.einsum("ai,iab->ib", W, G_cov)
         var += 2.0 * float(np.trace(M @ Q @ W @ S @ M.T))
     return float(np.sqrt(max(var, 0.0)))
+
+
+@dataclass(frozen=True)
+class MainsEstimate:
+    """A measured mains frequency: ``frequency_hz`` [Hz] and its standard uncertainty
+    ``sd_hz`` [Hz] (Cramer-Rao bound of the lines used, see :func:`mains_frequency`);
+    ``lines``: how many (channel, multiple) lines carried it."""
+
+    frequency_hz: float
+    sd_hz: float
+    lines: int
+
+
+#: the measured mains frequency is searched within this fraction of the nominal one (the lab's
+#: records wander 49.98-50.17 Hz, p10-p90, around 50 Hz nominal)
+MAINS_SEARCH_FRACTION = 0.01
+#: a mains multiple closer than this many frequency bins (1/T) to a fitted forcing harmonic is
+#: not used to estimate the mains frequency
+MAINS_CLEAR_BINS = 3.0
+#: a mains line counts as detected when its summed, noise-weighted power is this many times what
+#: white noise alone gives (each channel weighted by its residual variance); else no estimate (a
+#: twin without mains; and none either with the peak at the span's edge: a line outside it, or a
+#: transient's leakage)
+MAINS_DETECTION_RATIO = 25.0
+
+
+def _forcing_residual(t, x, frequency_hz: float, top: int) -> np.ndarray:
+    """``x`` (channels, N) minus its least-squares DC and harmonics 1..top of ``frequency_hz``."""
+    w = 2 * np.pi * frequency_hz * (t - t[0])
+    cols = [np.ones_like(t)] + [g(k * w) for k in range(1, top + 1) for g in (np.cos, np.sin)]
+    B = np.stack(cols, axis=1)
+    coef, *_ = np.linalg.lstsq(B, x.T, rcond=None)
+    return x - (B @ coef).T
+
+
+def _demodulated_blocks(r, t, line_hz: float, block: int):
+    """``r`` (channels, N) shifted down by ``line_hz`` and summed over blocks of ``block``
+    samples (one nominal mains period: every other nominal multiple averages out), with a Hann
+    window and without: (Hann block values (channels, B), plain block values, block centre
+    times (B,) [s], Hann window sum)."""
+    n = (t.size // block) * block
+    w = np.hanning(n)
+    z = r[:, :n] * np.exp(-2j * np.pi * line_hz * (t[:n] - t[0]))
+    tb = (t[:n] - t[0]).reshape(-1, block).mean(axis=1)
+    plain = z.reshape(r.shape[0], -1, block)
+    return (z * w).reshape(plain.shape).sum(axis=2), plain.sum(axis=2), tb, float(w.sum())
+
+
+def _refined_offset(lines, var, d0: float, step: float) -> float:
+    """The offset within ``d0 +/- step`` maximising the plain (rectangular-window) line power
+    summed as in :func:`mains_frequency`: the least-squares (maximum-likelihood) frequency of
+    a tone in white noise; the Hann grid only brackets it (its parabola is biased by ~1e-3 of
+    a bin, too much under a strong mains)."""
+    from scipy.optimize import minimize_scalar
+
+    def neg(dd):
+        return -sum(float(np.sum(np.abs(zp @ np.exp(-2j * np.pi * m * dd * tb)) ** 2 / var)) for m, _, zp, tb, _ in lines)
+
+    return float(minimize_scalar(neg, bounds=(d0 - step, d0 + step), method="bounded", options={"xatol": step * 1e-6}).x)
+
+
+def mains_frequency(t, x, frequency_hz: float, nominal_hz: float, multiples: int, top: int = 8) -> MainsEstimate | None:
+    """The mains frequency [Hz] a uniformly sampled record carries, or None when no mains line
+    stands clear of the forcing harmonics.
+
+    ``t`` (N,) [s] uniform; ``x`` (channels, N) any units; ``frequency_hz`` the forcing, whose DC
+    and harmonics ``1..top`` are removed first by least squares. Each mains multiple ``m`` of
+    ``nominal_hz`` (m = 1..multiples, skipping those within ``MAINS_CLEAR_BINS / T`` of a removed
+    harmonic) is demodulated, averaged over nominal mains periods and its Hann-windowed power
+    summed over channels (each weighted by the inverse of its residual variance) and multiples
+    as a function of the common offset ``d`` (line ``m (nominal + d)``), ``|d| <= 1 %`` of
+    nominal, on a grid of step ``1 / (8 m_max T)``; the maximum is refined, within a grid step,
+    on the rectangular-window power (:func:`_refined_offset`); None unless that maximum stands ``MAINS_DETECTION_RATIO`` times above
+    white noise's power and away from the span's edges. ``sd_hz``: the Cramer-Rao bound of a single-tone frequency estimate
+    ``var f_line = 12 fs^2 / ((2 pi)^2 SNR N^3)``, ``SNR = A^2 / (2 sigma^2)``, combined over the
+    lines as ``1 / sum(m^2 / var f_line)``: a lower bound (the Hann window costs ~1.5-2x, and a
+    mains wandering within the record is not a single tone)."""
+    t = np.asarray(t, dtype=float)
+    x = np.atleast_2d(np.asarray(x, dtype=float))
+    N = t.size
+    fs = (N - 1) / (t[-1] - t[0]) if N > 1 else 0.0
+    T = N / fs if fs > 0 else 0.0
+    block = int(round(fs / nominal_hz)) if fs > 0 else 0
+    top = max(0, min(int(top), int((fs / 2 - 1) // frequency_hz)))
+    span = MAINS_SEARCH_FRACTION * nominal_hz
+    use = [m for m in range(1, int(multiples) + 1)
+           if m * nominal_hz < fs / 2 - m * span and not any(
+               abs(k * frequency_hz - m * nominal_hz) <= m * span + MAINS_CLEAR_BINS / T for k in range(1, top + 1))]
+    if not use or block < 2 or N < 4 * block:
+        return None
+    r = _forcing_residual(t, x, frequency_hz, top)
+    var = np.maximum(r.var(axis=1), np.finfo(float).tiny)
+    step = 1.0 / (8 * max(use) * T)
+    d = np.arange(-span, span + step / 2, step)
+    power = np.zeros(d.size)
+    lines = []
+    for m in use:
+        zb, zp, tb, wsum = _demodulated_blocks(r, t, m * nominal_hz, block)
+        P = np.abs(zb @ np.exp(-2j * np.pi * m * np.outer(tb, d))) ** 2  # (channels, grid)
+        power += np.sum(P / var[:, None], axis=0)
+        lines.append((m, zb, zp, tb, wsum))
+    i = int(np.argmax(power))
+    floor = len(use) * x.shape[0] * float(np.sum(np.hanning((N // block) * block) ** 2))  # white noise alone
+    if i < 2 or i > d.size - 3 or power[i] < MAINS_DETECTION_RATIO * floor:
+        return None  # no line inside the span standing clear of the floor (or one pulled to its edge)
+    off = _refined_offset(lines, var, float(d[i]), step)
+    amps = [2 * np.abs(zb @ np.exp(-2j * np.pi * m * off * tb)) / wsum for m, zb, _, tb, wsum in lines]  # per channel
+    noise = np.maximum(var - sum(a**2 / 2 for a in amps), 0.01 * var)  # the residual's variance less the lines'
+    info = sum(m**2 * float(np.sum(a**2 / (2 * noise))) for (m, *_), a in zip(lines, amps)) * (2 * np.pi) ** 2 * N**3 / (12 * fs**2)
+    sd = 1.0 / np.sqrt(info) if info > 0 else np.inf
+    return MainsEstimate(float(nominal_hz + off), float(sd), len(use) * x.shape[0])

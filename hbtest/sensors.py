@@ -286,14 +286,16 @@ def lasers_to_motion_ls(readings, positions):
     return np.tensordot(a, y, axes=1), np.tensordot(b, y, axes=1)
 
 
-def _motion_variance(var, positions):
-    """Variance of (u, theta) from independent laser variances ``var`` (n, ...)."""
+def _motion_variance(var, positions, rho: float = 0.0):
+    """Variance of (u, theta) from laser variances ``var`` (n, ...); two lasers may be
+    correlated by ``rho``, more are taken as independent."""
     v = np.asarray(var, dtype=float)
     p = list(positions)
     if len(p) == 2:
         dl = p[1] - p[0]
-        var_u = v[0] if p[0] == 0 else (p[1] ** 2 * v[0] + p[0] ** 2 * v[1]) / dl**2
-        return var_u, (v[0] + v[1]) / dl**2
+        cov = rho * np.sqrt(v[0] * v[1])
+        var_u = (p[1] ** 2 * v[0] + p[0] ** 2 * v[1] - 2 * p[0] * p[1] * cov) / dl**2
+        return var_u, (v[0] + v[1] - 2 * cov) / dl**2
     a, b = _line_weights(p)
     return np.tensordot(a**2, v, axes=1), np.tensordot(b**2, v, axes=1)
 
@@ -314,15 +316,19 @@ def moment_line(eps, positions, calibration: float):
     return -c * np.tensordot(b, e, axes=1), c * np.tensordot(a, e, axes=1)
 
 
-def _force_variance(var, positions, calibration):
-    """Variance of (T, M) through :func:`moment_line` from independent gauge variances."""
+def _force_variance(var, positions, calibration, rho: float = 0.0):
+    """Variance of (T, M) through :func:`moment_line` from gauge variances; two gauges may be
+    correlated by ``rho`` (``T = -c (e2 - e1) / (d2 - d1)``, ``M = c (a e1 + b e2)`` with
+    ``a = 1 + d1 / (d2 - d1)``, ``b = -d1 / (d2 - d1)``), more are taken as independent."""
     v = np.asarray(var, dtype=float)
     p = list(positions)
     c = calibration
     if len(p) == 2:
         d1, d2 = p
-        var_T = c**2 * (v[0] + v[1]) / (d2 - d1) ** 2
-        var_M = c**2 * ((1 + d1 / (d2 - d1)) ** 2 * v[0] + (d1 / (d2 - d1)) ** 2 * v[1])
+        cov = rho * np.sqrt(v[0] * v[1])
+        a, b = 1 + d1 / (d2 - d1), -d1 / (d2 - d1)
+        var_T = c**2 * (v[0] + v[1] - 2 * cov) / (d2 - d1) ** 2
+        var_M = c**2 * (a**2 * v[0] + b**2 * v[1] + 2 * a * b * cov)
         return var_T, var_M
     a, b = _line_weights(p)
     return c**2 * np.tensordot(b**2, v, axes=1), c**2 * np.tensordot(a**2, v, axes=1)
@@ -490,6 +496,9 @@ class InterfaceMeasurement:
     #: layout's channel order — what re-reducing with another calibration needs
     #: (:mod:`hbtest.calibration.resolve`); None where not measured
     raw_channels: tuple | None = None
+    #: correlation of the raw channels' noise (n_channels, n_channels), layout's channel order;
+    #: None: independent (the variances above include it, see :func:`_pair_correlation`)
+    channel_correlation: np.ndarray | None = None
 
 
 def measure_interface(acq, layout: SensorLayout, orders, method: str = "segment", reject_mains: bool = False) -> InterfaceMeasurement:
@@ -519,13 +528,29 @@ def measure_interface_from_coefficients(rec, layout: SensorLayout, orders, metho
     names = layout.channel_names
     coef = {n: np.asarray(rec.coefficients[n])[idx] for n in names}
     var = {n: np.asarray(rec.variance[n])[idx] for n in names}
-    return _reduce(coef, var, rec.frequency_hz, rec.n_periods, layout, orders, method)
+    corr = getattr(rec, "correlation", None)
+    if corr is not None:
+        where = [list(rec.coefficients).index(n) for n in names]
+        corr = np.asarray(corr, dtype=float)[np.ix_(where, where)]
+    return _reduce(coef, var, rec.frequency_hz, rec.n_periods, layout, orders, method, corr)
 
 
-def _reduce(raw_coef: dict, raw_var: dict, f: float, n_periods: int, layout: SensorLayout, orders, method: str) -> InterfaceMeasurement:
+def _pair_correlation(corr, layout: SensorLayout, pair) -> float:
+    """Noise correlation of two channels (specs ``pair``) in calibrated units (the raw
+    correlation times the sign of their scales); 0 without ``corr`` or for other than two."""
+    if corr is None or len(pair) != 2:
+        return 0.0
+    i, j = (layout.channels.index(c) for c in pair)
+    return float(corr[i, j]) * float(np.sign(pair[0].scale * pair[1].scale))
+
+
+def _reduce(raw_coef: dict, raw_var: dict, f: float, n_periods: int, layout: SensorLayout, orders, method: str,
+            corr=None) -> InterfaceMeasurement:
     """Raw-volt channel coefficients -> calibrated, lag- and skew-corrected interface
     quantities. The scale is linear, so scaling coefficients equals fitting scaled samples;
-    the offset enters the DC coefficient only."""
+    the offset enters the DC coefficient only. ``corr``: the raw channels' noise correlation
+    (layout order; None: independent), propagated into the (u, theta) and (T, M) variances of
+    two lasers and two gauges."""
     if method not in FORCE_METHODS:
         raise ValueError(f"unknown force reconstruction {method!r}; use one of {FORCE_METHODS}")
     coef, var = {}, {}
@@ -538,13 +563,15 @@ def _reduce(raw_coef: dict, raw_var: dict, f: float, n_periods: int, layout: Sen
     lasers = layout.lasers
     u, th = lasers_to_motion_ls([coef[c.name] for c in lasers], layout.laser_positions)
     u = np.array(u, dtype=complex)  # a copy: the DC fix below must not touch a channel's array
-    var_u, var_th = _motion_variance([var[c.name] for c in lasers], layout.laser_positions)
+    var_u, var_th = _motion_variance([var[c.name] for c in lasers], layout.laser_positions,
+                                     _pair_correlation(corr, layout, lasers))
     s = 2j * np.pi * f * orders
     gauges = layout.gauges
     T, M = _gauge_forces([coef[c.name] for c in gauges], u, th, s, layout, method)
     # first-order variance propagation through the finite-difference (least-squares) rule
     # (the dominant, gauge-noise part for all methods)
-    var_T, var_M = _force_variance([var[c.name] for c in gauges], layout.gauge_positions, layout.gauge_calibration)
+    var_T, var_M = _force_variance([var[c.name] for c in gauges], layout.gauge_positions, layout.gauge_calibration,
+                                   _pair_correlation(corr, layout, gauges))
     # DC coefficients are real by convention
     for arr in (u, th, T, M):
         arr[..., orders == 0] = np.real(arr[..., orders == 0])
@@ -557,6 +584,7 @@ def _reduce(raw_coef: dict, raw_var: dict, f: float, n_periods: int, layout: Sen
         n_periods=n_periods,
         raw_channels=(np.array([np.asarray(raw_coef[c.name], dtype=complex) for c in layout.channels]),
                       np.array([np.asarray(raw_var[c.name], dtype=float) for c in layout.channels])),
+        channel_correlation=corr,
     )
 
 

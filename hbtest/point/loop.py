@@ -59,6 +59,13 @@ POOL_ROW_FLOOR = 1e-6
 #: single-harmonic test fits its orders only (as before)
 FIT_MAX_ORDER = EXCLUDED_MAX_ORDER
 
+#: the mains tracker (:meth:`PointLoop.track_mains`): a record's stated frequency uncertainty is
+#: its Cramer-Rao bound times this (measured rms error / bound: 1.2-2.1 on synthetic records of
+#: 0.6-20 s, tests/test_mains_tracking.py), and the mains may wander this much per second of rig
+#: clock between records (the lab's: 0.036 Hz rms between consecutive points a minute or so apart)
+MAINS_SD_INFLATION = 2.0
+MAINS_WANDER_HZ_PER_S = 1e-3
+
 
 @dataclass(frozen=True)
 class PointSettings:
@@ -246,6 +253,9 @@ class PointLoop:
         self.window = self.rule.initial_window()
         self._scaleY: np.ndarray | None = None
         self._modes = None
+        #: the tracked mains frequency (:meth:`track_mains`): (estimate [Hz], variance [Hz^2],
+        #: rig clock [s] of its last record), None before the first raw record
+        self._mains: tuple[float, float, float] | None = None
 
     # -- packing helpers -------------------------------------------------------------------
     def weights(self) -> np.ndarray:
@@ -316,6 +326,39 @@ class PointLoop:
             amplitude_noise=np.sqrt(np.sum(var_U * w2, axis=0)),
         )
 
+    def track_mains(self, records) -> None:
+        """Update the measured mains frequency from raw ``records`` (a mains rejection at the
+        nominal ``mains_hz`` leaves a rotating bias when the lab's mains is off nominal, and the
+        lab's wanders: 49.98-50.17 Hz over its runs). Each record gives an estimate by
+        :func:`hbtest.estimators.mains_frequency` (standard uncertainty: its Cramer-Rao bound times
+        ``MAINS_SD_INFLATION``); they are combined by a scalar Kalman filter whose state wanders
+        ``MAINS_WANDER_HZ_PER_S`` per second of rig clock between records."""
+        if not self.rule.reject_mains or not self.layout.mains_frequencies:
+            return
+        for a in records:
+            names = self.layout.channel_names
+            x = np.stack([np.asarray(a.data[c], dtype=float) for c in names])
+            est = estimators.mains_frequency(a.t, x, a.frequency_hz, self.layout.mains_hz, self.layout.mains_multiples)
+            if est is None or not np.isfinite(est.sd_hz):
+                continue
+            r = (MAINS_SD_INFLATION * est.sd_hz) ** 2
+            if self._mains is None:
+                self._mains = (est.frequency_hz, r, float(a.elapsed_s))
+                continue
+            f, P, t = self._mains
+            P += (MAINS_WANDER_HZ_PER_S * max(float(a.elapsed_s) - t, 0.0)) ** 2
+            k = P / (P + r)
+            self._mains = (f + k * (est.frequency_hz - f), (1 - k) * P, float(a.elapsed_s))
+
+    @property
+    def mains_estimate(self) -> tuple[float, float] | None:
+        """(tracked mains frequency [Hz], its standard uncertainty [Hz]), None before any."""
+        return None if self._mains is None else (self._mains[0], float(np.sqrt(self._mains[1])))
+
+    def mains_layout(self):
+        """The sensor layout with the tracked mains frequency (the nominal one before any)."""
+        return self.layout if self._mains is None else replace(self.layout, mains_hz=self._mains[0])
+
     def _measure(self, n_periods: int):
         """One window: (InterfaceMeasurement, channels over range, raw record or None)."""
         reject = self.rule.reject_mains
@@ -324,7 +367,8 @@ class PointLoop:
             rec = self.rig.acquire_coefficients(int(n_periods), self.orders, nuisance_hz=nuisance)
             return measure_interface_from_coefficients(rec, self.layout, self.orders, self.s.force_method), tuple(rec.overrange), None
         acq = self.rig.acquire(int(n_periods))
-        meas = measure_interface(acq, self.layout, self.orders, self.s.force_method, reject_mains=reject)
+        self.track_mains([acq])
+        meas = measure_interface(acq, self.mains_layout(), self.orders, self.s.force_method, reject_mains=reject)
         return meas, self._overrange([acq]), acq
 
     def transient_modes(self):
@@ -346,7 +390,8 @@ class PointLoop:
         # records, unlike the demand time base, for the decays and the mains regressors
         clock = np.concatenate([a.elapsed_s - (a.t.size - np.arange(a.t.size)) / a.sample_rate_hz for a in records])
         x = np.stack([np.concatenate([a.data[c] for a in records]) for c in names])
-        nuisance = self.layout.mains_frequencies if self.rule.reject_mains else ()
+        self.track_mains(records)
+        nuisance = self.mains_layout().mains_frequencies if self.rule.reject_mains else ()
         fit_orders = self.orders
         if np.count_nonzero(self.orders) > 1:  # FIT_MAX_ORDER: DC and unsolved harmonics too
             fs = 1.0 / float(np.median(np.diff(t)))
@@ -357,7 +402,7 @@ class PointLoop:
         over = self._overrange(records)
         n_periods = int(sum(a.n_periods for a in records))
         rec = ChannelCoefficients({c: tf.coefficients[i, keep] for i, c in enumerate(names)}, {c: tf.variance[i, keep] for i, c in enumerate(names)},
-                                  self.orders, f, n_periods, records[-1].elapsed_s, over)
+                                  self.orders, f, n_periods, records[-1].elapsed_s, over, correlation=tf.correlation)
         return measure_interface_from_coefficients(rec, self.layout, self.orders, self.s.force_method), over
 
     def _overrange(self, records: list) -> tuple:
@@ -472,10 +517,11 @@ class PointLoop:
 
     def packed_output_correlation(self, num: NumericalSide, meas) -> np.ndarray | None:
         """Correlation matrix of the packed rig output ``Y`` of a measurement from the noise of
-        its raw channels (independent channels, circular complex noise): the sensor reduction
-        mixes channels (two lasers give u and theta, two gauges T and M), so the outputs'
-        errors are correlated. First order through the reduction, which is linear in the
-        channel coefficients. None when the measurement carries no raw channels."""
+        its raw channels (circular complex noise; correlated across channels as the
+        measurement's ``channel_correlation`` says, independent without it): the sensor
+        reduction mixes channels (two lasers give u and theta, two gauges T and M), so the
+        outputs' errors are correlated. First order through the reduction, which is linear in
+        the channel coefficients. None when the measurement carries no raw channels."""
         raw = getattr(meas, "raw_channels", None)
         if raw is None:
             return None
@@ -493,14 +539,18 @@ class PointLoop:
             return scaleY * np.concatenate([self.pack2(m.displacement), self.pack2(m.force)])
 
         base = packed(coef)
+        rho = getattr(meas, "channel_correlation", None)
+        rho = np.eye(coef.shape[0]) if rho is None else np.asarray(rho, dtype=float)
         cov = np.zeros((base.size, base.size))
-        for i in range(coef.shape[0]):
-            for k in range(coef.shape[1]):
-                for unit in (1.0, 1j):
+        for k in range(coef.shape[1]):
+            for unit in (1.0, 1j):
+                sens = np.zeros((coef.shape[0], base.size))  # output change per unit of channel i
+                for i in range(coef.shape[0]):
                     d = np.zeros_like(coef)
                     d[i, k] = unit
-                    t = packed(coef + d) - base
-                    cov += (var[i, k] / (2.0 if self.orders[k] != 0 else 1.0)) * np.outer(t, t)
+                    sens[i] = packed(coef + d) - base
+                sd = np.sqrt(var[:, k] / (2.0 if self.orders[k] != 0 else 1.0))
+                cov += sens.T @ (rho * np.outer(sd, sd)) @ sens
         sd = np.sqrt(np.diag(cov))
         ok = sd > 0
         corr = np.eye(base.size)
@@ -581,7 +631,8 @@ class PointLoop:
         return InterfaceMeasurement(self.orders, unpack(pl.value[:n] / scaleY[:n]), unpack(pl.value[n:] / scaleY[n:]),
                                     unpack_var(pl.variance[:n] / scaleY[:n] ** 2),
                                     unpack_var(pl.variance[n:] / scaleY[n:] ** 2), n_periods,
-                                    raw_channels=getattr(last.meas, "raw_channels", None))
+                                    raw_channels=getattr(last.meas, "raw_channels", None),
+                                    channel_correlation=getattr(last.meas, "channel_correlation", None))
 
     def force_residual(self, num: NumericalSide, meas) -> np.ndarray:
         """The force-form residual ``D_N U_P + F_P - F_e``, packed, in newtons: force rows in N,
@@ -656,7 +707,7 @@ class PointLoop:
         time [periods]; the power outside the solved harmonics from the final raw record."""
         excluded = None
         if res.final is not None and res.final.acq is not None:
-            excluded = excluded_energy_fraction(res.final.acq, self.layout, self.orders, method=self.s.force_method,
+            excluded = excluded_energy_fraction(res.final.acq, self.mains_layout(), self.orders, method=self.s.force_method,
                                                 reject_mains=self.rule.reject_mains)
         return PointOutcome(frequency_hz, res.final, res.converged, res.iterations, rig_periods, history, res.message,
                             res.reason, res.applied, res.solution_offset, res.uncertainty, res.noise_uncertainty,

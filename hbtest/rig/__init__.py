@@ -63,6 +63,7 @@ class ChannelCoefficients:
     elapsed_s: float
     overrange: tuple[str, ...] = ()  # channels that reached ADC full scale in the record
     epoch: int | None = None  # demand epoch the record belongs to
+    correlation: np.ndarray | None = None  # (channels, channels) noise correlation, dict order; None: independent
 
 
 # a rig that averages on the device offers acquire_coefficients: hbtest.rig.capabilities.DeviceAveraging

@@ -239,37 +239,7 @@ class Engine:
             return Gp @ e + Gm @ np.conj(e)
 
         c = self._z - zp(0)
-        y = None
-        if gain is not None:
-            # y = Re sum_e W_e exp(r_e j): forced part and modal transients, each transient
-            # kept while above 1e-9 V on some channel (block granularity). With j = L b + i:
-            # y_c[b, i] = sum_e Re(W_ce O_eb) Re(I_ei) - Im(W_ce O_eb) Im(I_ei),
-            # O_eb = exp(r_e L b), I_ei = exp(r_e i): one small real matrix product.
-            Y = np.einsum("cm,mk->ck", m.Cy, Gp) + np.conj(np.einsum("cm,mk->ck", m.Cy, Gm))
-            Y += np.einsum("cj,jk->ck", m.Dy[:, :2], X) * np.exp(-rho * (d + 1))
-            W = m.Cy * c[None, :]
-            if m.skew_rows.size:
-                self._skewed_closed_form(Y, W, X, rho, Gp, Gm, c)
-            thr = OUTPUT_FLOOR_V * self._scale
-            with np.errstate(under="ignore", divide="ignore"):
-                ratio = np.max(np.abs(W) / thr[:, None], axis=0)
-                sig = -np.real(m.lam) * self.dt
-                n_act = np.where(ratio > 1, np.ceil(np.log(np.maximum(ratio, 1.0)) / sig), 0)
-            act = np.flatnonzero(n_act > 0)
-            rates = np.concatenate([rho, m.lam[act] * self.dt])
-            coef = np.concatenate([Y, W[:, act]], axis=1) * gain[:, None]
-            L = OUTPUT_BLOCK
-            nB = -(-N // L)
-            with np.errstate(under="ignore"):
-                inner = np.exp(np.multiply.outer(rates, np.arange(L)))  # (n_e, L)
-                outer = np.exp(np.multiply.outer(rates, L * np.arange(nB)))  # (n_e, nB)
-            nblk = np.concatenate([np.full(rho.size, nB), np.minimum(nB, -(-n_act[act] // L)).astype(int)])
-            outer[np.arange(nB)[None, :] >= nblk[:, None]] = 0.0
-            nc = self._nc
-            WO = coef[:, :, None] * outer[None, :, :]  # (n_ch, n_e, nB)
-            A = np.concatenate([WO.real, -WO.imag], axis=1).transpose(0, 2, 1).reshape(nc * nB, 2 * rates.size)
-            B = np.concatenate([inner.real, inner.imag], axis=0)
-            y = (A @ B).reshape(nc, nB * L)[:, :N]
+        y = None if gain is None else self._closed_form_outputs(N, gain, X, rho, Gp, Gm, c)
         with np.errstate(under="ignore"):
             self._z = zp(N) + c * np.exp(m.lam * self.dt * N)
         H = self._H
@@ -278,6 +248,43 @@ class Engine:
             with np.errstate(under="ignore"):
                 self._zh = np.stack([zp(j) + c * np.exp(m.lam * self.dt * j) for j in range(N - H, N)], axis=1)
         self._n += N
+        return y
+
+    def _closed_form_outputs(self, N: int, gain: np.ndarray, X, rho, Gp, Gm, c) -> np.ndarray:
+        """The channels' samples (n_channels, N) [V, times ``gain``] of a closed-form segment
+        (:meth:`_run_closed_form`: input exponentials ``X``, ``rho``, particular-solution
+        coefficients ``Gp``, ``Gm`` and the transient's modal amplitudes ``c``)."""
+        m = self._m
+        d = m.delay_samples
+        # y = Re sum_e W_e exp(r_e j): forced part and modal transients, each transient
+        # kept while above 1e-9 V on some channel (block granularity). With j = L b + i:
+        # y_c[b, i] = sum_e Re(W_ce O_eb) Re(I_ei) - Im(W_ce O_eb) Im(I_ei),
+        # O_eb = exp(r_e L b), I_ei = exp(r_e i): one small real matrix product.
+        Y = np.einsum("cm,mk->ck", m.Cy, Gp) + np.conj(np.einsum("cm,mk->ck", m.Cy, Gm))
+        Y += np.einsum("cj,jk->ck", m.Dy[:, :2], X) * np.exp(-rho * (d + 1))
+        W = m.Cy * c[None, :]
+        if m.skew_rows.size:
+            self._skewed_closed_form(Y, W, X, rho, Gp, Gm, c)
+        thr = OUTPUT_FLOOR_V * self._scale
+        with np.errstate(under="ignore", divide="ignore"):
+            ratio = np.max(np.abs(W) / thr[:, None], axis=0)
+            sig = -np.real(m.lam) * self.dt
+            n_act = np.where(ratio > 1, np.ceil(np.log(np.maximum(ratio, 1.0)) / sig), 0)
+        act = np.flatnonzero(n_act > 0)
+        rates = np.concatenate([rho, m.lam[act] * self.dt])
+        coef = np.concatenate([Y, W[:, act]], axis=1) * gain[:, None]
+        L = OUTPUT_BLOCK
+        nB = -(-N // L)
+        with np.errstate(under="ignore"):
+            inner = np.exp(np.multiply.outer(rates, np.arange(L)))  # (n_e, L)
+            outer = np.exp(np.multiply.outer(rates, L * np.arange(nB)))  # (n_e, nB)
+        nblk = np.concatenate([np.full(rho.size, nB), np.minimum(nB, -(-n_act[act] // L)).astype(int)])
+        outer[np.arange(nB)[None, :] >= nblk[:, None]] = 0.0
+        nc = self._nc
+        WO = coef[:, :, None] * outer[None, :, :]  # (n_ch, n_e, nB)
+        A = np.concatenate([WO.real, -WO.imag], axis=1).transpose(0, 2, 1).reshape(nc * nB, 2 * rates.size)
+        B = np.concatenate([inner.real, inner.imag], axis=0)
+        y = (A @ B).reshape(nc, nB * L)[:, :N]
         return y
 
     def _skewed_closed_form(self, Y, W, X, rho, Gp, Gm, c) -> None:

@@ -250,7 +250,76 @@ def build_model_or_config_error(spec, sensors, sample_rate_hz: float, source):
 def build_model(spec: VirtualSpec, layout: SensorLayout, fs: float) -> Model:
     """The diagonal, discretised model (cached: one per spec, layout and sample rate)."""
     b, nb, nm, A, E, B, MCK = assemble(spec, layout)
-    N = A.shape[0]
+    chans = layout.channels
+    nc = len(chans)
+    C_raw = _raw_outputs(spec, layout, b, nb, nm, A.shape[0])
+    # nonlinear elements: their DOFs' displacements and velocities as extra outputs, their
+    # forces as extra inputs (columns 4..; none without elements: the linear model unchanged)
+    elements = tuple(e.build(b) for e in spec.nonlinear)
+    nl_dofs = np.array(sorted({b.index(d) for e in elements for d in e.dofs}), dtype=int)
+    n_f = nl_dofs.size
+    if n_f:
+        C_raw, B = _with_element_ports(C_raw, B, nl_dofs, nm)
+    lam, wl, vr, nrm, cond = _kept_modes(A, E, spec.modal_cutoff_hz)
+    cm = C_raw @ vr  # (n_ch + 2, k)
+    bm = (wl.conj().T @ B) / nrm[:, None]  # (k, 4)
+    G0 = -C_raw @ np.linalg.solve(A, B)
+    D = np.real(G0 - np.einsum("ik,kj->ij", cm, bm / (-lam)[:, None]))  # static correction
+
+    # representatives: one member of each conjugate pair (factor 2), real modes (factor 1)
+    is_real = np.abs(np.imag(lam)) <= 1e-9 * np.abs(lam)
+    rep = is_real | (np.imag(lam) > 0)
+    lam_r = np.where(is_real, np.real(lam), lam)[rep]
+    fac_r = np.where(is_real[rep], 1.0, 2.0)
+    filters = tuple(channel_filter(c) for c in chans)
+    lam_all, fac_all, Bz, Cy, Dy = _filtered_states(filters, cm, bm, D, lam, rep, lam_r, fac_r, B.shape[1])
+    Cv = np.zeros((2, lam_all.size), complex)
+    Cv[:, : lam_r.size] = cm[nc : nc + 2, rep] * fac_r[None, :]
+    Dv = D[nc : nc + 2, :4]
+
+    dt = 1.0 / fs
+    d, alpha, x, phi, a, c_force, c_now, c_prev = _hold_weights(spec.actuation_delay, dt, lam_all)
+    skew, rows, sq, sE, sWp, sWn, slate = _skew_terms(chans, dt, x, alpha, phi)
+    empty = np.zeros((0, x.size), complex)
+
+    # modes of the rig without the beam (clamp on springs + shakers)
+    _, _, _, A0, E0, _, _ = assemble(spec, layout, with_beam=False)
+    rig = scipy.linalg.eigvals(A0, E0)
+    rig = rig[np.isfinite(rig)]
+    rig = rig[np.argsort(np.abs(rig))]
+    return Model(
+        spec=spec, layout=layout, fs=float(fs), scale=np.array([c.scale for c in chans]), offset=np.array([c.offset for c in chans]),
+        beam=b, nb=nb, nm=nm, A=A, E=E, MCK=MCK, B=B, C_raw=C_raw, channel_filters=filters,
+        gauge_rows=np.array([j for j, c in enumerate(chans) if c.kind != "laser"], dtype=int),
+        laser_rows=np.array([j for j, c in enumerate(chans) if c.kind == "laser"], dtype=int), kept=lam,
+        lam=lam_all, fac=fac_all, Cy=Cy, Dy=Dy[:, :4], Cv=Cv, Dv=Dv, Bz=Bz[:, :4], Bz2=np.ascontiguousarray(Bz[:, :2]), a=a, c_now=c_now,
+        c_prev=c_prev, c_force=c_force, delay_samples=d, delay_fraction=alpha,
+        skew=skew, skew_rows=rows, skew_q=np.array(sq, dtype=int), skew_E=np.array(sE) if sq else empty,
+        skew_Wp=np.array(sWp) if sq else empty, skew_Wn=np.array(sWn) if sq else empty, skew_late=np.array(slate, dtype=bool),
+        skew_history=int(max(sq) + 1) if sq else 0, rig_modes=rig,
+        max_condition=float(cond.max()),
+        nonlinear=_nonlinear_terms(spec, elements, tuple(np.searchsorted(nl_dofs, [b.index(d) for d in e.dofs]) for e in elements), nl_dofs, cm, D, rep, fac_r, Bz, Dy, x, dt, alpha, phi, nc) if n_f else None,
+    )
+
+
+def _hold_weights(delay_s: float, dt: float, lam):
+    """Exact discretisation of the diagonal states ``lam`` under a held input delayed by
+    ``delay_s`` = (d + alpha) dt: (d, alpha, x = lam dt, phi, the state factor e^x, the force
+    weight, the weights of the new and the previous held input). The held input changes at
+    t_n + alpha dt: u[n-d-1] on [t_n, t_n + alpha dt), u[n-d] after."""
+    tau = delay_s / dt
+    d = int(math.floor(tau + 1e-9))
+    alpha = max(0.0, tau - d)
+    x = lam * dt
+    phi = lambda y: np.where(np.abs(y) > 0, np.expm1(y) / np.where(y == 0, 1, y), 1.0) * dt  # noqa: E731
+    c_now = phi(x * (1 - alpha)) * (1 - alpha)
+    c_prev = np.exp(x * (1 - alpha)) * phi(x * alpha) * alpha
+    return d, alpha, x, phi, np.exp(x), phi(x), c_now, c_prev
+
+
+def _raw_outputs(spec, layout, b, nb: int, nm: int, N: int) -> np.ndarray:
+    """Raw output rows over the state (N): each channel (laser ``u + x theta``; gauge strain
+    ``-h/2`` times the beam curvature at its position), then the interface velocities (u', theta')."""
     h = spec.beam.thickness
     eye = np.eye(nb)
     chans = layout.channels
@@ -263,22 +332,27 @@ def build_model(spec: VirtualSpec, layout: SensorLayout, fs: float) -> Model:
             C_raw[j, :nb] = -(h / 2) * np.array([b.curvature(eye[k], ch.position) for k in range(nb)])
     C_raw[nc, nm + 0] = 1.0
     C_raw[nc + 1, nm + 1] = 1.0
-    # nonlinear elements: their DOFs' displacements and velocities as extra outputs, their
-    # forces as extra inputs (columns 4..; none without elements: the linear model unchanged)
-    elements = tuple(e.build(b) for e in spec.nonlinear)
-    nl_dofs = np.array(sorted({b.index(d) for e in elements for d in e.dofs}), dtype=int)
-    n_f = nl_dofs.size
-    if n_f:
-        Cq_raw = np.zeros((2 * n_f, N))
-        Cq_raw[np.arange(n_f), nl_dofs] = 1.0
-        Cq_raw[n_f + np.arange(n_f), nm + nl_dofs] = 1.0
-        C_raw = np.vstack([C_raw, Cq_raw])
-        B_nl = np.zeros((N, n_f))
-        B_nl[nm + nl_dofs, np.arange(n_f)] = 1.0
-        B = np.hstack([B, B_nl])
+    return C_raw
 
+
+def _with_element_ports(C_raw, B, nl_dofs, nm: int):
+    """``(C_raw, B)`` with the nonlinear elements' DOFs' (q, q') as extra output rows and their
+    forces as extra input columns."""
+    N, n_f = C_raw.shape[1], nl_dofs.size
+    Cq_raw = np.zeros((2 * n_f, N))
+    Cq_raw[np.arange(n_f), nl_dofs] = 1.0
+    Cq_raw[n_f + np.arange(n_f), nm + nl_dofs] = 1.0
+    B_nl = np.zeros((N, n_f))
+    B_nl[nm + nl_dofs, np.arange(n_f)] = 1.0
+    return np.vstack([C_raw, Cq_raw]), np.hstack([B, B_nl])
+
+
+def _kept_modes(A, E, cutoff_hz: float):
+    """Eigenvalues below ``cutoff_hz`` of the pencil (A, E), sorted by magnitude then imaginary
+    part, with left/right vectors, their normalisations and condition numbers; an unstable or
+    ill-conditioned mode is a ValueError."""
     lam, wl, vr = scipy.linalg.eig(A, E, left=True, right=True)
-    keep = np.abs(lam) < 2 * np.pi * spec.modal_cutoff_hz
+    keep = np.abs(lam) < 2 * np.pi * cutoff_hz
     lam, wl, vr = lam[keep], wl[:, keep], vr[:, keep]
     o = np.lexsort((np.imag(lam), np.abs(lam)))
     lam, wl, vr = lam[o], wl[:, o], vr[:, o]
@@ -286,24 +360,18 @@ def build_model(spec: VirtualSpec, layout: SensorLayout, fs: float) -> Model:
     cond = np.linalg.norm(wl, axis=0) * np.linalg.norm(E @ vr, axis=0) / np.abs(nrm)
     if np.any(cond > 1e9) or np.any(np.real(lam) >= 0):
         raise ValueError(f"virtual rig: kept modes are ill-conditioned or unstable (condition {cond.max():.3g})")
-    cm = C_raw @ vr  # (n_ch + 2, k)
-    bm = (wl.conj().T @ B) / nrm[:, None]  # (k, 4)
-    G0 = -C_raw @ np.linalg.solve(A, B)
-    D = np.real(G0 - np.einsum("ik,kj->ij", cm, bm / (-lam)[:, None]))  # static correction
+    return lam, wl, vr, nrm, cond
 
-    # representatives: one member of each conjugate pair (factor 2), real modes (factor 1)
-    is_real = np.abs(np.imag(lam)) <= 1e-9 * np.abs(lam)
-    rep = is_real | (np.imag(lam) > 0)
-    lam_r = np.where(is_real, np.real(lam), lam)[rep]
-    fac_r = np.where(is_real[rep], 1.0, 2.0)
 
-    filters = tuple(channel_filter(c) for c in chans)
-    lam_s = [lam_r]
-    fac_s = [fac_r]
-    Bz = [bm[rep]]
+def _filtered_states(filters, cm, bm, D, lam, rep, lam_r, fac_r, n_in: int):
+    """The diagonal states behind the channels: the representative modes, then one per pole of
+    each channel's filter (partial fractions). Returns (eigenvalues, conjugate factors, input
+    rows ``Bz``, channel output ``Cy`` (factors applied), direct feed-through ``Dy``)."""
+    nc = len(filters)
+    lam_s, fac_s, Bz = [lam_r], [fac_r], [bm[rep]]
     Cy_m = np.zeros((nc, lam_r.size), complex)
     Cy_f = []
-    Dy = np.zeros((nc, B.shape[1]))
+    Dy = np.zeros((nc, n_in))
     for j, filt in enumerate(filters):
         Cy_m[j] = cm[j, rep] * filter_response(filt, lam_r)
         if filt is None:
@@ -325,32 +393,19 @@ def build_model(spec: VirtualSpec, layout: SensorLayout, fs: float) -> Model:
     lam_all = np.concatenate(lam_s).astype(complex)
     fac_all = np.concatenate(fac_s)
     Bz = np.concatenate(Bz, axis=0)
-    n_s = lam_all.size
-    Cy = np.zeros((nc, n_s), complex)
+    Cy = np.zeros((nc, lam_all.size), complex)
     Cy[:, : lam_r.size] = Cy_m
     for j, i in Cy_f:
         Cy[j, lam_r.size + i] = 1.0
-    Cy = Cy * fac_all[None, :]
-    Cv = np.zeros((2, n_s), complex)
-    Cv[:, : lam_r.size] = cm[nc : nc + 2, rep] * fac_r[None, :]
-    Dv = D[nc : nc + 2, :4]
+    return lam_all, fac_all, Bz, Cy * fac_all[None, :], Dy
 
-    dt = 1.0 / fs
-    tau = spec.actuation_delay / dt
-    d = int(math.floor(tau + 1e-9))
-    alpha = max(0.0, tau - d)
-    x = lam_all * dt
-    a = np.exp(x)
-    phi = lambda y: np.where(np.abs(y) > 0, np.expm1(y) / np.where(y == 0, 1, y), 1.0) * dt  # noqa: E731
-    c_force = phi(x)
-    # held input changes at t_n + alpha dt: u[n-d-1] on [t_n, t_n + alpha dt), u[n-d] after
-    c_now = phi(x * (1 - alpha)) * (1 - alpha)
-    c_prev = np.exp(x * (1 - alpha)) * phi(x * alpha) * alpha
 
-    # channel skew: the sample n of a skewed channel is its signal at t_n - tau, tau = (q +
-    # beta) dt, i.e. at t_m + gamma dt with m = n - q - 1, gamma = 1 - beta: the state there is
-    # e^{lambda gamma dt} z[m] plus the held input integrated over [t_m, t_m + gamma dt] (it
-    # changes at t_m + alpha dt from u[m-d-1] to u[m-d]) — exact, like the actuation delay
+def _skew_terms(chans, dt: float, x, alpha: float, phi):
+    """Channel skew: the sample n of a skewed channel is its signal at t_n - tau, tau = (q +
+    beta) dt, i.e. at t_m + gamma dt with m = n - q - 1, gamma = 1 - beta: the state there is
+    e^{lambda gamma dt} z[m] plus the held input integrated over [t_m, t_m + gamma dt] (it
+    changes at t_m + alpha dt from u[m-d-1] to u[m-d]) — exact, like the actuation delay.
+    Returns (skews [s], skewed rows, q per row, and the :func:`fraction_weights` per row)."""
     skew = np.array([c.skew for c in chans], dtype=float)
     if np.any(skew < 0):
         raise ValueError("virtual rig: a channel skew must not be negative (the twin cannot sample ahead)")
@@ -363,26 +418,7 @@ def build_model(spec: VirtualSpec, layout: SensorLayout, fs: float) -> Model:
         sq.append(q)
         for acc, v in zip((sE, sWp, sWn, slate), fraction_weights(x, gam, alpha, phi)):
             acc.append(v)
-    empty = np.zeros((0, x.size), complex)
-
-    # modes of the rig without the beam (clamp on springs + shakers)
-    _, _, _, A0, E0, _, _ = assemble(spec, layout, with_beam=False)
-    rig = scipy.linalg.eigvals(A0, E0)
-    rig = rig[np.isfinite(rig)]
-    rig = rig[np.argsort(np.abs(rig))]
-    return Model(
-        spec=spec, layout=layout, fs=float(fs), scale=np.array([c.scale for c in chans]), offset=np.array([c.offset for c in chans]),
-        beam=b, nb=nb, nm=nm, A=A, E=E, MCK=MCK, B=B, C_raw=C_raw, channel_filters=filters,
-        gauge_rows=np.array([j for j, c in enumerate(chans) if c.kind != "laser"], dtype=int),
-        laser_rows=np.array([j for j, c in enumerate(chans) if c.kind == "laser"], dtype=int), kept=lam,
-        lam=lam_all, fac=fac_all, Cy=Cy, Dy=Dy[:, :4], Cv=Cv, Dv=Dv, Bz=Bz[:, :4], Bz2=np.ascontiguousarray(Bz[:, :2]), a=a, c_now=c_now,
-        c_prev=c_prev, c_force=c_force, delay_samples=d, delay_fraction=alpha,
-        skew=skew, skew_rows=rows, skew_q=np.array(sq, dtype=int), skew_E=np.array(sE) if sq else empty,
-        skew_Wp=np.array(sWp) if sq else empty, skew_Wn=np.array(sWn) if sq else empty, skew_late=np.array(slate, dtype=bool),
-        skew_history=int(max(sq) + 1) if sq else 0, rig_modes=rig,
-        max_condition=float(cond.max()),
-        nonlinear=_nonlinear_terms(spec, elements, tuple(np.searchsorted(nl_dofs, [b.index(d) for d in e.dofs]) for e in elements), nl_dofs, cm, D, rep, fac_r, Bz, Dy, x, dt, alpha, phi, nc) if n_f else None,
-    )
+    return skew, rows, sq, sE, sWp, sWn, slate
 
 
 def fraction_weights(x, gam: float, alpha: float, phi):

@@ -222,47 +222,9 @@ def parse_virtual(sec: Section, physical: BeamSpec, sensors, common) -> VirtualS
     seed = sec.integer("seed", 0, min=0, max=2**63 - 1)
     delay = sec.number("actuation_delay_ms", 0.0, scale=1e-3, nonnegative=True, max=1000)
     cutoff = sec.number("modal_cutoff_hz", 1500.0, min=50, max=100000)
-    root_el = sec.number("mesh_root_element_mm", 1.0, scale=1e-3, positive=True)
-    root_len = sec.number("mesh_root_length_mm", 40.0, scale=1e-3, nonnegative=True)
-    if root_el > physical.length / 4:
-        raise sec.error("mesh_root_element_mm", f"{root_el * 1e3:g} mm is too coarse for a {physical.length * 1e3:g} mm beam")
-    if root_len > physical.length:
-        raise sec.error("mesh_root_length_mm", f"{root_len * 1e3:g} mm exceeds the beam length {physical.length * 1e3:g} mm")
-    d2 = max(sensors.gauge_positions)
-    if d2 >= physical.length:
-        raise ConfigError(sec.source, "sensors.gauge_positions_mm", f"gauge at {d2 * 1e3:g} mm lies beyond the {physical.length * 1e3:g} mm beam")
-    n_el = int(math.ceil(min(physical.length, max(root_len, d2 + 0.01)) / root_el)) + physical.elements
-    if n_el > 3000:
-        raise sec.error("mesh_root_element_mm", f"mesh of about {n_el} elements is too fine (max 3000)")
-
-    cl = sec.sub("clamp")
-    # upper bounds far beyond any lab clamp: beyond them the twin's eigenproblem loses every
-    # mode to overflow (a clamp of 1e308 kg used to end in a traceback)
-    clamp = ClampSpec(
-        mass=cl.number("mass_kg", positive=True, max=CLAMP_MAX),
-        inertia=cl.number("inertia_kg_m2", positive=True, max=CLAMP_MAX),
-        support_stiffness=cl.number("support_stiffness_n_per_m", positive=True, max=CLAMP_MAX),
-        support_damping=cl.number("support_damping_n_s_per_m", 0.0, nonnegative=True, max=CLAMP_MAX),
-        rotational_stiffness=cl.number("rotational_stiffness_nm_per_rad", positive=True, max=CLAMP_MAX),
-        rotational_damping=cl.number("rotational_damping_nms_per_rad", 0.0, nonnegative=True, max=CLAMP_MAX),
-    )
-    cl.finish()
-
-    if len(actuators) != TWIN_ACTUATORS:
-        raise ConfigError(sec.source, "rig.actuators", f"the virtual twin drives exactly {TWIN_ACTUATORS} shakers (translation, rotation), one per"
-                          f" [[virtual.shakers]] table; [rig].actuators names {len(actuators)}")
-    shaker_secs = sec.subs("shakers")
-    if len(shaker_secs) != len(actuators):
-        raise sec.error("shakers", f"needs one [[virtual.shakers]] table per actuator ({len(actuators)}: {', '.join(actuators)}), got {len(shaker_secs)}")
-    shakers = []
-    for i, s in enumerate(shaker_secs):
-        name = s.string("actuator", actuators[i])
-        if name != actuators[i]:
-            raise s.error("actuator", f"shaker {i} drives actuator {actuators[i]!r} (order of [rig].actuators), not {name!r}")
-        shakers.append(_shaker(s))
-    if abs(shakers[0].position - shakers[1].position) < 1e-3:
-        raise shaker_secs[1].error("position_mm", "the two stingers act at the same point: rotation cannot be controlled (need a lever arm)")
-
+    root_el, root_len = _mesh(sec, physical, sensors)
+    clamp = _clamp(sec.sub("clamp"))
+    shakers = _shakers(sec, actuators)
     fr = sec.sub("friction", required=False)
     friction = FrictionSpec(
         slider_force=fr.number("slider_coulomb_n", 0.0, nonnegative=True, max=1000),
@@ -281,15 +243,7 @@ def parse_virtual(sec: Section, physical: BeamSpec, sensors, common) -> VirtualS
         raise ConfigError(sec.source, "sensors.channels", "the virtual twin simulates only non-negative skew_us (a channel sampled late)")
     if skewed and friction.active:
         raise fr.error("slider_coulomb_n", f"the twin does not simulate friction together with channel skew ({', '.join(skewed)}): set one of them to 0")
-    # explicit friction: the regularised slope must be small against mass / dt
-    dt = 1.0 / fs
-    m_u = clamp.mass + sum(s.moving_mass for s in shakers)
-    j_t = clamp.inertia + sum(s.moving_mass * s.position**2 for s in shakers)
-    if friction.slider_force / friction.slider_velocity * dt / m_u > 0.5:
-        raise fr.error("slider_velocity_mm_per_s", "too small for the Coulomb force at this sample rate (explicit friction would chatter): raise it")
-    if friction.pin_torque / friction.pin_velocity * dt / j_t > 0.5:
-        raise fr.error("pin_velocity_rad_per_s", "too small for the Coulomb torque at this sample rate (explicit friction would chatter): raise it")
-
+    _check_explicit_friction(fr, friction, clamp, shakers, fs)
     noise = _noise(sec, simulated, fs)
     # nonlinear elements on the PS beam: the same tables (and parser) as [[numerical.nonlinear]]
     nonlinear = read_element_tables(sec.subs("nonlinear"), physical.length, "free", frozenset(), "physical beam")
@@ -299,21 +253,73 @@ def parse_virtual(sec: Section, physical: BeamSpec, sensors, common) -> VirtualS
     if nonlinear and skewed:
         raise sec.error("nonlinear", f"the twin does not simulate nonlinear elements together with channel skew ({', '.join(skewed)})")
     sec.finish()
-    return VirtualSpec(
-        seed=seed,
-        beam=physical,
-        mesh_root_element=root_el,
-        mesh_root_length=root_len,
-        clamp=clamp,
-        shakers=tuple(shakers),
-        friction=friction,
-        noise=noise,
-        actuation_delay=delay,
-        modal_cutoff_hz=cutoff,
-        true_sensors=simulated,
-        nonlinear=nonlinear,
-        nonlinear_substeps=substeps,
+    return VirtualSpec(seed=seed, beam=physical, mesh_root_element=root_el, mesh_root_length=root_len, clamp=clamp,
+                       shakers=shakers, friction=friction, noise=noise, actuation_delay=delay, modal_cutoff_hz=cutoff,
+                       true_sensors=simulated, nonlinear=nonlinear, nonlinear_substeps=substeps)
+
+
+def _mesh(sec: Section, physical: BeamSpec, sensors) -> tuple[float, float]:
+    """``mesh_root_element_mm`` and ``mesh_root_length_mm`` [m], checked against the beam and
+    the gauges (the refined mesh must stay below 3000 elements)."""
+    root_el = sec.number("mesh_root_element_mm", 1.0, scale=1e-3, positive=True)
+    root_len = sec.number("mesh_root_length_mm", 40.0, scale=1e-3, nonnegative=True)
+    if root_el > physical.length / 4:
+        raise sec.error("mesh_root_element_mm", f"{root_el * 1e3:g} mm is too coarse for a {physical.length * 1e3:g} mm beam")
+    if root_len > physical.length:
+        raise sec.error("mesh_root_length_mm", f"{root_len * 1e3:g} mm exceeds the beam length {physical.length * 1e3:g} mm")
+    d2 = max(sensors.gauge_positions)
+    if d2 >= physical.length:
+        raise ConfigError(sec.source, "sensors.gauge_positions_mm", f"gauge at {d2 * 1e3:g} mm lies beyond the {physical.length * 1e3:g} mm beam")
+    n_el = int(math.ceil(min(physical.length, max(root_len, d2 + 0.01)) / root_el)) + physical.elements
+    if n_el > 3000:
+        raise sec.error("mesh_root_element_mm", f"mesh of about {n_el} elements is too fine (max 3000)")
+    return root_el, root_len
+
+
+def _clamp(cl: Section) -> ClampSpec:
+    """``[virtual.clamp]``. Upper bounds far beyond any lab clamp: beyond them the twin's
+    eigenproblem loses every mode to overflow (a clamp of 1e308 kg used to end in a traceback)."""
+    clamp = ClampSpec(
+        mass=cl.number("mass_kg", positive=True, max=CLAMP_MAX),
+        inertia=cl.number("inertia_kg_m2", positive=True, max=CLAMP_MAX),
+        support_stiffness=cl.number("support_stiffness_n_per_m", positive=True, max=CLAMP_MAX),
+        support_damping=cl.number("support_damping_n_s_per_m", 0.0, nonnegative=True, max=CLAMP_MAX),
+        rotational_stiffness=cl.number("rotational_stiffness_nm_per_rad", positive=True, max=CLAMP_MAX),
+        rotational_damping=cl.number("rotational_damping_nms_per_rad", 0.0, nonnegative=True, max=CLAMP_MAX),
     )
+    cl.finish()
+    return clamp
+
+
+def _shakers(sec: Section, actuators: tuple) -> tuple:
+    """``[[virtual.shakers]]``: one per actuator of ``[rig].actuators``, in that order, acting at
+    two distinct points."""
+    if len(actuators) != TWIN_ACTUATORS:
+        raise ConfigError(sec.source, "rig.actuators", f"the virtual twin drives exactly {TWIN_ACTUATORS} shakers (translation, rotation), one per"
+                          f" [[virtual.shakers]] table; [rig].actuators names {len(actuators)}")
+    shaker_secs = sec.subs("shakers")
+    if len(shaker_secs) != len(actuators):
+        raise sec.error("shakers", f"needs one [[virtual.shakers]] table per actuator ({len(actuators)}: {', '.join(actuators)}), got {len(shaker_secs)}")
+    shakers = []
+    for i, s in enumerate(shaker_secs):
+        name = s.string("actuator", actuators[i])
+        if name != actuators[i]:
+            raise s.error("actuator", f"shaker {i} drives actuator {actuators[i]!r} (order of [rig].actuators), not {name!r}")
+        shakers.append(_shaker(s))
+    if abs(shakers[0].position - shakers[1].position) < 1e-3:
+        raise shaker_secs[1].error("position_mm", "the two stingers act at the same point: rotation cannot be controlled (need a lever arm)")
+    return tuple(shakers)
+
+
+def _check_explicit_friction(fr: Section, friction, clamp, shakers, fs: float) -> None:
+    """Explicit friction: the regularised slope must be small against mass / dt."""
+    dt = 1.0 / fs
+    m_u = clamp.mass + sum(s.moving_mass for s in shakers)
+    j_t = clamp.inertia + sum(s.moving_mass * s.position**2 for s in shakers)
+    if friction.slider_force / friction.slider_velocity * dt / m_u > 0.5:
+        raise fr.error("slider_velocity_mm_per_s", "too small for the Coulomb force at this sample rate (explicit friction would chatter): raise it")
+    if friction.pin_torque / friction.pin_velocity * dt / j_t > 0.5:
+        raise fr.error("pin_velocity_rad_per_s", "too small for the Coulomb torque at this sample rate (explicit friction would chatter): raise it")
 
 
 def _matrix(sec: Section, key: str, rows: int, cols: int, what: str, scale: float = 1.0, nonnegative: bool = False):
