@@ -7,7 +7,7 @@ HELIC-DAQ v3 device) with the ``helic`` kind over loopback TCP + UDP
 
 Like with like: the helic rig (as any hardware rig) offers no modes, so the hbtest profile
 settles instead of fitting through the transient; the in-process reference therefore runs with
-the transient fit off (``HbtestProfile.fit_transient = False``), and both then run the same
+the transient fit off (the hbtest window rule with ``fit_transient=False``), and both then run the same
 iterations and rig time (checked; printed as a warning otherwise). ``helic_overhead`` is
 ``helic wall / in-process wall - 1`` over all points. For information, the in-process run with
 the profile's default (transient fit) is timed too (``inprocess_default_s_per_point``).
@@ -19,6 +19,7 @@ Each variant runs ``--repeat`` times; the fastest counts (the machine is shared)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import signal
@@ -55,12 +56,13 @@ def timed_sweep(overrides, store: Path, fit_transient: bool = True):
             stamps.append(time.perf_counter())
 
     cfg = load_sweep(PAPER, overrides)
-    saved = HbtestProfile.fit_transient
-    HbtestProfile.fit_transient = fit_transient
+    saved = HbtestProfile.window_rule
+    if not fit_transient:
+        HbtestProfile.window_rule = lambda self, s: dataclasses.replace(saved(self, s), fit_transient=False)
     try:
         ds = run(cfg, store, progress=progress, plot=False, overrides=overrides)
     finally:
-        HbtestProfile.fit_transient = saved
+        HbtestProfile.window_rule = saved
     return np.diff(stamps), ds.rig_periods.values / ds.frequency.values, ds.iterations.values
 
 
