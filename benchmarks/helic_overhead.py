@@ -43,6 +43,7 @@ from hbtest.sweep import run
 PAPER = ROOT / "sweeps" / "paper-cantilever.toml"
 TWIN = ROOT / "instruments" / "virtual-cantilever.toml"
 HELIC = ROOT / "instruments" / "helic-loopback.toml"
+TABLES = ("interface_displacement", "interface_force", "voltage")  # per-point tables compared in-process vs helic
 
 
 def timed_sweep(overrides, store: Path, fit_transient: bool = True):
@@ -63,18 +64,20 @@ def timed_sweep(overrides, store: Path, fit_transient: bool = True):
         ds = run(cfg, store, progress=progress, plot=False, overrides=overrides)
     finally:
         HbtestProfile.window_rule = saved
-    return np.diff(stamps), ds.rig_periods.values / ds.frequency.values, ds.iterations.values
+    tables = {name: ds[name].values for name in TABLES}
+    return np.diff(stamps), ds.rig_periods.values / ds.frequency.values, ds.iterations.values, tables
 
 
-def serve():
-    cmd = [sys.executable, "-m", "hbtest.cli", "serve", "--protocol", "helic", "--rig", str(TWIN), "--port", "0"]
-    p = subprocess.Popen(cmd,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-    m = re.search(r"listening on 127\.0\.0\.1:(\d+) ", p.stdout.readline())
-    if not m:
+def serve(protocol: str = "helic", *options: str):
+    """``hbtest serve --protocol <protocol>`` of the twin (free ports): (process, ports)."""
+    cmd = [sys.executable, "-m", "hbtest.cli", "serve", "--protocol", protocol, "--rig", str(TWIN), "--port", "0",
+           *options]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    ports = [int(x) for x in re.findall(r"listening on 127\.0\.0\.1:(\d+)", p.stdout.readline())]
+    if not ports:
         p.kill()
-        raise SystemExit("hbtest serve --protocol helic did not start")
-    return p, int(m.group(1))
+        raise SystemExit(f"hbtest serve --protocol {protocol} did not start")
+    return p, ports
 
 
 def helic_rig_file(tmp: Path, port: int) -> Path:
@@ -96,15 +99,15 @@ def main() -> None:
         for r in range(a.repeat):
             runs["default"].append(timed_sweep(base, tmp / f"d{r}.zarr"))
             runs["in"].append(timed_sweep(base, tmp / f"i{r}.zarr", fit_transient=False))
-            p, port = serve()
+            p, (port,) = serve()
             try:
                 rig = helic_rig_file(tmp, port)
                 runs["helic"].append(timed_sweep(base + [f"rig='{rig}'"], tmp / f"h{r}.zarr"))
             finally:
                 p.send_signal(signal.SIGTERM)
                 p.communicate(timeout=30)
-    best = {k: min(v, key=lambda x: x[0].sum()) for k, v in runs.items()}
-    (w_in, s_in, it_in), (w_h, s_h, it_h) = best["in"], best["helic"]
+    best = {k: min(v, key=lambda x: x[0].sum()) for k, v in runs.items()}  # fastest repeat
+    (w_in, s_in, it_in, tab_in), (w_h, s_h, it_h, tab_h) = best["in"], best["helic"]
     if not (np.array_equal(it_in, it_h) and np.allclose(s_in, s_h, rtol=1e-9)):
         print(f"warning: runs differ (iterations {it_in.tolist()} vs {it_h.tolist()})")
     print(f"{'point':>5} {'iter':>5} {'rig [s]':>8} {'in-process [s]':>15} {'helic [s]':>10} {'overhead':>9}")
@@ -117,6 +120,10 @@ def main() -> None:
     print(f"helic_s_per_point={w_h.mean():.4f}")
     print(f"rig_s_per_point={s_in.mean():.3f}")
     print(f"helic_overhead={w_h.sum() / w_in.sum() - 1:.4f}")
+    for name in TABLES:  # largest difference relative to the table's largest magnitude, per harmonic/DOF
+        a, b = tab_in[name], tab_h[name]
+        scale = np.max(np.abs(a), axis=0, keepdims=True)
+        print(f"table_rel_diff_{name}={np.max(np.abs(b - a) / np.where(scale > 0, scale, 1)):.3g}")
 
 
 if __name__ == "__main__":
