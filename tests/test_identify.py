@@ -5,11 +5,11 @@ finds the twin's slow modes."""
 
 import numpy as np
 import pytest
+from served import QUIET
 
 from hbtest.config import load_rig
 from hbtest.rig.identify import free_decay_modes, pencil_modes
 from hbtest.rig.virtual import VirtualRig
-from served import QUIET
 
 POLES = np.array([-3.6 + 17.5j, -13.8 + 64.0j, -5.9 + 260.8j])  # 2.85 Hz 0.2, 10.4 Hz 0.21, 41.5 Hz 0.023
 
