@@ -57,15 +57,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import InstrumentError, LimitExceeded
-from .. import Acquisition, RigDescription, identify
+from .. import Acquisition, RigDescription
 from .keysight33500b import DAC_FULL_SCALE, MIN_AMPLITUDE_VPP, Keysight33500B
 
 __all__ = ["ScpiRig", "ScpiAcquisition", "synthesise", "record_window", "RECORD_SLACK_SAMPLES"]
 
 RECORD_SLACK_SAMPLES = 4  # the digitiser records this many samples more than the periods asked
 LIMIT_RTOL = 1e-12  # float slack of the peak check (as hbtest.rig.check_voltage); writes round toward zero
-IDENTIFY_HZ = 20.0  # drive of the free-decay experiment that measures the rig's modes (any: the stop excites all)
-IDENTIFY_FRACTION = 0.1  # its amplitude, of the first actuator's voltage limit
 ZERO_PEAK_V = 1e-12  # an AC part below this is "no AC" (all-zero waveform)
 
 
@@ -136,8 +134,6 @@ class ScpiRig:
         self._record = None
         self._theta, self._t_sync, self._f_sync = 0.0, None, 0.0  # demand phase at the last restart
         self._restart_latency_s = 0.01  # from computing a waveform to its restart (running estimate)
-        self._modes: np.ndarray | None = None
-        self.identification_s = 0.0  # rig time the free-decay experiment took [s]
         self._idn = {"generator": generator.identify(), "digitiser": digitiser.identify()}
         generator.setup()
         digitiser.setup(self.spec.digitiser.trigger_level_v)
@@ -164,18 +160,6 @@ class ScpiRig:
     @property
     def elapsed_s(self) -> float:
         return self._clock() - self._t_open
-
-    def modes(self) -> np.ndarray:
-        """The rig's modes [rad/s] (:class:`~hbtest.rig.capabilities.KnownModes`), measured
-        once per connection from a free decay (:func:`hbtest.rig.identify.free_decay_modes`:
-        ``IDENTIFY_FRACTION`` of the first actuator's limit at ``IDENTIFY_HZ``, then stopped);
-        nothing is assumed about the structure. Its rig time is :attr:`identification_s`."""
-        if self._modes is None:
-            t0 = self.elapsed_s
-            volts = IDENTIFY_FRACTION * self._gen_channels[0].voltage_limit_v
-            self._modes = identify.free_decay_modes(self, IDENTIFY_HZ, volts)
-            self.identification_s = self.elapsed_s - t0
-        return self._modes
 
     def _check_open(self):
         if self._closed:
