@@ -10,7 +10,9 @@ the default: through the bench that fit stalls, see docs/helic.md). Printed as k
 ``scpi_rig_ratio`` (scpi rig periods / in-process rig periods over the sweep), the largest
 per-point ratio, the identification's rig time (once per run, not in any point), the scope's
 dead time per record (wall time of an acquisition beyond the periods it records), the FRF
-errors against the exact structure, and the modes identified against the twin's.
+errors against the exact structure, and the modes identified against the twin's. For
+comparison, the in-process twin run once more with its modes taken from a free decay of
+another twin instance instead of its model (``inprocess_identified_modes_rig_ratio``).
 
     python benchmarks/scpi_rig_time.py [--points N]
 """
@@ -100,6 +102,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         base = run(load_sweep(PAPER, sets), tmp / "in.zarr", plot=False)
+        # the twin with its modes from a free decay (another twin instance, another seed), not from its model
+        lam = free_decay_modes(VirtualRig(load_rig(TWIN), seed=12345), IDENTIFY_HZ,
+                               IDENTIFY_FRACTION * load_rig(TWIN).voltage_limit_v)
+        exact_modes = VirtualRig.modes
+        VirtualRig.modes = lambda self: lam
+        try:
+            ident = run(load_sweep(PAPER, sets), tmp / "ident.zarr", plot=False)
+        finally:
+            VirtualRig.modes = exact_modes
         p, (gen, scope) = serve("scpi", "--scope-port", "0")
         try:
             path = rig_file(tmp, gen, scope)
@@ -118,6 +129,10 @@ def main() -> None:
     print(f"scpi_rig_ratio_max_point={ratio.max():.3f}")
     print(f"inprocess_rig_periods_per_point={base.rig_periods.values.mean():.1f}")
     print(f"scpi_rig_periods_per_point={ds.rig_periods.values.mean():.1f}")
+    print(f"inprocess_identified_modes_rig_ratio={ident.rig_periods.values.sum() / base.rig_periods.values.sum():.3f}")
+    print(f"inprocess_identified_modes_converged={int(ident.converged.values.sum())}/{a.points}")
+    print(f"frf_error_max_inprocess_identified={frf_error(ident, sets).max():.4f}")
+    print(f"modes_identified_inprocess={modes_text(lam)}")
     print(f"identification_rig_s={identified.get('seconds', float('nan')):.2f}")
     print(f"scope_dead_time_s_per_record={dead:.3f}")
     print(f"scpi_wall_s_per_point={wall / a.points:.1f}")
