@@ -101,21 +101,21 @@ def main() -> None:
         ScpiRig.modes = modes
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        base = run(load_sweep(PAPER, sets), tmp / "in.zarr", plot=False)
+        base = run(load_sweep(PAPER, sets), tmp / "in.zarr", plot=False).load()  # the stores go with tmp
         # the twin with its modes from a free decay (another twin instance, another seed), not from its model
         lam = free_decay_modes(VirtualRig(load_rig(TWIN), seed=12345), IDENTIFY_HZ,
                                IDENTIFY_FRACTION * load_rig(TWIN).voltage_limit_v)
         exact_modes = VirtualRig.modes
         VirtualRig.modes = lambda self: lam
         try:
-            ident = run(load_sweep(PAPER, sets), tmp / "ident.zarr", plot=False)
+            ident = run(load_sweep(PAPER, sets), tmp / "ident.zarr", plot=False).load()
         finally:
             VirtualRig.modes = exact_modes
         p, (gen, scope) = serve("scpi", "--scope-port", "0")
         try:
             path = rig_file(tmp, gen, scope)
             t0 = time.monotonic()
-            ds = run(load_sweep(PAPER, sets + [f"rig='{path}'"]), tmp / "scpi.zarr", plot=False)
+            ds = run(load_sweep(PAPER, sets + [f"rig='{path}'"]), tmp / "scpi.zarr", plot=False).load()
             wall = time.monotonic() - t0
             dead = dead_time(path)
         finally:
