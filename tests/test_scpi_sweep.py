@@ -35,7 +35,8 @@ def test_paper_sweep_through_the_simulated_instruments_matches_the_exact_structu
     (nothing tells a lab's rig its eigenvalues), so the point loop settles window by window
     instead of fitting through the transient: the in-process baseline runs the twin the same
     way (its modes() hidden). Against the in-process run *with* the twin's exact modes the scpi
-    path needs 10-30x the rig periods."""
+    path needs 3.1x the rig periods (1.6-5.4x per point; `python benchmarks/scpi_rig_time.py`,
+    which also gives the scope's dead time: one forcing period per record)."""
     sets = ["sweep.points=5"]
     ds = served_sweep(tmp_path, "scpi", sets)
     assert bool(ds.done.all()) and bool(ds.converged.all())
