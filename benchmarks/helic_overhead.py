@@ -7,9 +7,11 @@ HELIC-DAQ v3 device) with the ``helic`` kind over loopback TCP + UDP
 
 Like with like: the helic rig (as any hardware rig) offers no modes, so the hbtest profile
 settles instead of fitting through the transient; the in-process reference therefore runs with
-the transient fit off (``HbtestProfile.fit_transient = False``), and both then run the same
+the transient fit off (the hbtest window rule with ``fit_transient=False``), and both then run the same
 iterations and rig time (checked; printed as a warning otherwise). ``helic_overhead`` is
-``helic wall / in-process wall - 1`` over all points. For information, the in-process run with
+``helic wall / in-process wall - 1`` over all points; ``helic_cpu_overhead`` the same for
+CPU time (host process + served process against the in-process run), which the load of a
+shared machine moves much less than wall time. For information, the in-process run with
 the profile's default (transient fit) is timed too (``inprocess_default_s_per_point``).
 Each variant runs ``--repeat`` times; the fastest counts (the machine is shared).
 
@@ -19,6 +21,7 @@ Each variant runs ``--repeat`` times; the fastest counts (the machine is shared)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import signal
@@ -42,37 +45,52 @@ from hbtest.sweep import run
 PAPER = ROOT / "sweeps" / "paper-cantilever.toml"
 TWIN = ROOT / "instruments" / "virtual-cantilever.toml"
 HELIC = ROOT / "instruments" / "helic-loopback.toml"
+TABLES = ("interface_displacement", "interface_force", "voltage")  # per-point tables compared in-process vs helic
 
 
-def timed_sweep(overrides, store: Path, fit_transient: bool = True):
-    """(per-point wall seconds, per-point rig seconds, iterations) of one sweep."""
+def cpu_s(pid: int | None) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far (Linux /proc), 0 without one."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed_sweep(overrides, store: Path, fit_transient: bool = True, server: int | None = None):
+    """(per-point wall seconds, per-point rig seconds, iterations, tables, CPU seconds of this
+    process and of the ``server`` process over the points) of one sweep."""
     from hbtest.point.profiles import HbtestProfile
 
-    stamps = []
+    stamps, cpu = [], []
 
     def progress(event):
         if isinstance(event, (RunStarted, PointFinished)):
             stamps.append(time.perf_counter())
+            cpu.append((time.process_time(), cpu_s(server)))
 
     cfg = load_sweep(PAPER, overrides)
-    saved = HbtestProfile.fit_transient
-    HbtestProfile.fit_transient = fit_transient
+    saved = HbtestProfile.window_rule
+    if not fit_transient:
+        HbtestProfile.window_rule = lambda self, s: dataclasses.replace(saved(self, s), fit_transient=False)
     try:
         ds = run(cfg, store, progress=progress, plot=False, overrides=overrides)
     finally:
-        HbtestProfile.fit_transient = saved
-    return np.diff(stamps), ds.rig_periods.values / ds.frequency.values, ds.iterations.values
+        HbtestProfile.window_rule = saved
+    tables = {name: ds[name].values for name in TABLES}
+    used = np.array(cpu[-1]) - np.array(cpu[0])
+    return np.diff(stamps), ds.rig_periods.values / ds.frequency.values, ds.iterations.values, tables, used
 
 
-def serve():
-    cmd = [sys.executable, "-m", "hbtest.cli", "serve", "--protocol", "helic", "--rig", str(TWIN), "--port", "0"]
-    p = subprocess.Popen(cmd,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-    m = re.search(r"listening on 127\.0\.0\.1:(\d+) ", p.stdout.readline())
-    if not m:
+def serve(protocol: str = "helic", *options: str):
+    """``hbtest serve --protocol <protocol>`` of the twin (free ports): (process, ports)."""
+    cmd = [sys.executable, "-m", "hbtest.cli", "serve", "--protocol", protocol, "--rig", str(TWIN), "--port", "0",
+           *options]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    ports = [int(x) for x in re.findall(r"listening on 127\.0\.0\.1:(\d+)", p.stdout.readline())]
+    if not ports:
         p.kill()
-        raise SystemExit("hbtest serve --protocol helic did not start")
-    return p, int(m.group(1))
+        raise SystemExit(f"hbtest serve --protocol {protocol} did not start")
+    return p, ports
 
 
 def helic_rig_file(tmp: Path, port: int) -> Path:
@@ -94,15 +112,15 @@ def main() -> None:
         for r in range(a.repeat):
             runs["default"].append(timed_sweep(base, tmp / f"d{r}.zarr"))
             runs["in"].append(timed_sweep(base, tmp / f"i{r}.zarr", fit_transient=False))
-            p, port = serve()
+            p, (port,) = serve()
             try:
                 rig = helic_rig_file(tmp, port)
-                runs["helic"].append(timed_sweep(base + [f"rig='{rig}'"], tmp / f"h{r}.zarr"))
+                runs["helic"].append(timed_sweep(base + [f"rig='{rig}'"], tmp / f"h{r}.zarr", server=p.pid))
             finally:
                 p.send_signal(signal.SIGTERM)
                 p.communicate(timeout=30)
-    best = {k: min(v, key=lambda x: x[0].sum()) for k, v in runs.items()}
-    (w_in, s_in, it_in), (w_h, s_h, it_h) = best["in"], best["helic"]
+    best = {k: min(v, key=lambda x: x[0].sum()) for k, v in runs.items()}  # fastest repeat
+    (w_in, s_in, it_in, tab_in, cpu_in), (w_h, s_h, it_h, tab_h, cpu_h) = best["in"], best["helic"]
     if not (np.array_equal(it_in, it_h) and np.allclose(s_in, s_h, rtol=1e-9)):
         print(f"warning: runs differ (iterations {it_in.tolist()} vs {it_h.tolist()})")
     print(f"{'point':>5} {'iter':>5} {'rig [s]':>8} {'in-process [s]':>15} {'helic [s]':>10} {'overhead':>9}")
@@ -115,6 +133,14 @@ def main() -> None:
     print(f"helic_s_per_point={w_h.mean():.4f}")
     print(f"rig_s_per_point={s_in.mean():.3f}")
     print(f"helic_overhead={w_h.sum() / w_in.sum() - 1:.4f}")
+    print(f"inprocess_cpu_s={cpu_in[0]:.3f}")
+    print(f"helic_cpu_s_host={cpu_h[0]:.3f}")
+    print(f"helic_cpu_s_served={cpu_h[1]:.3f}")
+    print(f"helic_cpu_overhead={cpu_h.sum() / cpu_in[0] - 1:.4f}")
+    for name in TABLES:  # largest difference relative to the table's largest magnitude, per harmonic/DOF
+        a, b = tab_in[name], tab_h[name]
+        scale = np.max(np.abs(a), axis=0, keepdims=True)
+        print(f"table_rel_diff_{name}={np.max(np.abs(b - a) / np.where(scale > 0, scale, 1)):.3g}")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,10 @@
 """Helpers of the box tests (not a test module): a bare-socket host speaking the box protocol
 and ``hbtest serve`` started as a process."""
 
-import re
 import socket
-import subprocess
-import sys
 from pathlib import Path
+
+from served import serve as served_serve
 
 from hbtest.rig.box.protocol import parse_error_reply, reply_length
 
@@ -52,12 +51,5 @@ class Host:
 
 def serve(*extra):
     """``hbtest serve`` of the twin on a free port: (process, port)."""
-    p = subprocess.Popen([sys.executable, "-m", "hbtest.cli", "serve", "--rig", str(TWIN), "--port", "0", *extra],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-    first = p.stdout.readline()
-    m = re.search(r"listening on 127\.0\.0\.1:(\d+) ", first)
-    if not m:
-        p.kill()
-        p.wait()
-        raise AssertionError(first)
-    return p, int(m.group(1))
+    served = served_serve("box", None, *extra)
+    return served.process, served.port

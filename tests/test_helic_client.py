@@ -7,7 +7,8 @@ import re
 
 import numpy as np
 import pytest
-from test_helic_sweep import TWIN, _rig_copy
+from served import TWIN
+from test_helic_sweep import _rig_copy
 
 from hbtest.config import load_rig
 from hbtest.errors import InstrumentError, LimitExceeded

@@ -2,140 +2,46 @@
 `hbtest serve --protocol helic` (the twin as a HELIC-DAQ v3 device) and the `helic` rig kind
 converges at every point within 1 % of the exact structure; a server killed mid-sweep fails
 the run cleanly (exit 3, store interrupted) and `hbtest resume` completes it with the earlier
-points untouched; a lost datagram or a device drop inside a record makes the record be taken
+points untouched (tests/served.py); a lost datagram or a device drop inside a record makes the record be taken
 again (counted); a trip of the device's gate ends the point with stop_reason trip."""
 
-import re
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
+import dataclasses
 
 import numpy as np
 import pytest
 import xarray as xr
+from served import PAPER, QUIET, TWIN, frf_error, kill_then_resume, rig_text, served_sweep
 
 from hbtest.cli import main
 from hbtest.config import load_rig, load_sweep
 from hbtest.rig import open_rig
 from hbtest.rig.helic.server import HelicServer
-from hbtest.rig.virtual import VirtualRig
 from hbtest.store import RunStore
-
-ROOT = Path(__file__).resolve().parents[1]
-TWIN = ROOT / "instruments" / "virtual-cantilever.toml"
-HELIC = ROOT / "instruments" / "helic-loopback.toml"
-PAPER = ROOT / "sweeps" / "paper-cantilever.toml"
-
-
-def _serve(port=0):
-    p = subprocess.Popen([sys.executable, "-m", "hbtest.cli", "serve", "--protocol", "helic", "--rig", str(TWIN),
-                          "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-    first = p.stdout.readline()
-    m = re.search(r"listening on 127\.0\.0\.1:(\d+) ", first)
-    if not m:
-        p.kill()
-        p.wait()
-        raise AssertionError(first + p.stdout.read())
-    return p, int(m.group(1))
-
-
-def _stop(p, sig=signal.SIGTERM):
-    if p.poll() is None:
-        p.send_signal(sig)
-        try:
-            p.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.communicate()
-    return p.returncode
 
 
 def _rig_copy(tmp_path, port, name="helic.toml"):
-    text = HELIC.read_text().replace("control_port = 2350", f"control_port = {port}")
-    text = text.replace("stream_port = 2351", f"stream_port = {port + 1}")
     path = tmp_path / name
-    path.write_text(text)
+    path.write_text(rig_text("helic", (port,)))
     return path
 
 
-def _exact_interface(sets, frequencies):
-    cfg = load_sweep(PAPER, sets)
-    ns = cfg.numerical.substructure()
-    F = cfg.excitation.force_vector(ns)
-    twin = VirtualRig(load_rig(TWIN))
-    return np.stack([twin.emulated_interface_response(ns, F, f, [1])[:, 0] for f in frequencies])
-
-
-def test_paper_sweep_through_hbtest_serve_helic_matches_the_exact_structure(tmp_path):
-    server, port = _serve()
-    sets = ["sweep.points=7"]
-    try:
-        rig = _rig_copy(tmp_path, port)
-        store = tmp_path / "helic.zarr"
-        args = ["sweep", str(PAPER), "--store", str(store), "--no-plot", "--quiet", "--set", f"rig='{rig}'"]
-        for s in sets:
-            args += ["--set", s]
-        assert main(args) == 0
-    finally:
-        assert _stop(server) == 0
-    ds = xr.open_zarr(store, consolidated=False).load()
+@pytest.mark.parametrize("twin, points", [(QUIET, 3), pytest.param(TWIN, 7, marks=pytest.mark.slow)])
+def test_paper_sweep_through_hbtest_serve_helic_matches_the_exact_structure(tmp_path, twin, points):
+    """The protocol end to end: on the quiet (harsh-mains) twin in the default run, the
+    lab-calibrated one over the acceptance's 7 points in the slow run."""
+    sets = [f"sweep.points={points}"]
+    ds = served_sweep(tmp_path, "helic", sets, twin)
     assert ds.attrs["status"] == "completed" and bool(ds.done.all()) and bool(ds.converged.all())
     assert ds.attrs["rig_identity"].startswith("helic-loopback")
-    f = ds.frequency.values
-    exact = _exact_interface(sets, f)
-    measured = ds.interface_displacement.values[:, :, list(ds.harmonic.values).index(1)]
-    err = np.abs(measured - exact) / np.abs(exact)
+    err = frf_error(ds, sets, twin)
     assert err.max() < 0.01, err
 
 
 @pytest.mark.slow
 def test_server_killed_mid_sweep_fails_cleanly_and_resume_completes(tmp_path):
-    server, port = _serve()
-    store = tmp_path / "killed.zarr"
-    rig = _rig_copy(tmp_path, port)
-    rig.write_text(rig.read_text().replace("timeout_s = 5.0", "timeout_s = 1.0"))
-    args = [sys.executable, "-m", "hbtest.cli", "sweep", str(PAPER), "--store", str(store), "--no-plot",
-            "--set", "sweep.points=5", "--set", f"rig='{rig}'"]
-    sweep = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            time.sleep(0.1)
-            if store.exists():
-                try:
-                    if RunStore.open(store).done().sum() >= 2:
-                        break
-                except Exception:  # store still being created
-                    pass
-            assert sweep.poll() is None, sweep.communicate()
-        server.send_signal(signal.SIGKILL)
-        server.wait()
-        out, err = sweep.communicate(timeout=60)
-    finally:
-        for p in (sweep, server):
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    assert sweep.returncode == 3, (out, err)
-    lines = [x for x in err.splitlines() if x.strip()]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith("hbtest: error: helic 'helic-loopback") and f"127.0.0.1:{port}" in lines[0]
-    before = xr.open_zarr(store, consolidated=False).load()
-    assert before.attrs["status"] == "interrupted"
-    finished = np.flatnonzero(before.done.values)
-    assert 2 <= finished.size < 5 and bool(before.converged.values[finished].all())
-    server, port2 = _serve(port)
-    try:
-        assert port2 == port
-        assert main(["resume", str(store), "--no-plot", "--quiet"]) == 0
-    finally:
-        assert _stop(server, signal.SIGINT) == 0
-    after = xr.open_zarr(store, consolidated=False).load()
-    assert bool(after.done.all()) and bool(after.converged.all()) and after.attrs["status"] == "completed"
-    for name in ("interface_displacement", "interface_force", "voltage", "residual_norm", "history_residual_norm"):
-        np.testing.assert_array_equal(after[name].values[finished], before[name].values[finished])
+    kill_then_resume(tmp_path, "helic", [], points=5, kill_after=2,
+                     error=r"hbtest: error: helic 'helic-loopback.*127\.0\.0\.1:{port}",
+                     edit=lambda t: t.replace("timeout_s = 5.0", "timeout_s = 1.0"))
 
 
 def test_a_lost_datagram_or_a_device_drop_makes_the_record_be_taken_again(tmp_path):
@@ -202,7 +108,8 @@ def test_per_point_tables_equal_the_in_process_run_on_the_same_measurement_path(
     from hbtest.point.profiles import HbtestProfile
     from hbtest.sweep import run
 
-    monkeypatch.setattr(HbtestProfile, "fit_transient", False)
+    rule = HbtestProfile.window_rule
+    monkeypatch.setattr(HbtestProfile, "window_rule", lambda self, s: dataclasses.replace(rule(self, s), fit_transient=False))
     sets = ["sweep.points=7"]
     a = run(load_sweep(PAPER, sets), tmp_path / "in.zarr", plot=False)
     with HelicServer(load_rig(TWIN), port=0) as srv:

@@ -43,6 +43,8 @@ from .codec import MsgType
 __all__ = ["ControlLink", "HelicRig", "Record", "StreamReceiver"]
 
 RCVBUF = 4 << 20  # bytes of UDP receive buffer asked for (a record arrives as a burst)
+UDP_GRO = 104  # Linux <linux/udp.h>: the kernel may hand several datagrams of one flow to one receive call
+GRO_BUFFER = 1 << 17  # bytes per receive call when coalesced (a coalesced buffer is at most 64 KiB)
 IDLE_END_S = 0.3  # after a gap, the stream counts as over once silent this long
 PHASE_TOLERANCE = 1e-5  # turn: largest departure of the phase source from a constant frequency in a record
 SAFETY_TRIP, SAFETY_CLAMP, SAFETY_QUIET, SAFETY_ARMED = 2, 4, 8, 1
@@ -123,6 +125,7 @@ class StreamReceiver:
         self.sock.bind(("127.0.0.1" if host in ("127.0.0.1", "localhost") else "0.0.0.0", 0))
         self.port = self.sock.getsockname()[1]
         self.dropped_seen: int | None = None
+        self.gro = _enable_gro(self.sock)
         try:
             self.sock.sendto(b"hbtest primer", (host, device_port))
         except OSError as e:
@@ -139,47 +142,75 @@ class StreamReceiver:
         finally:
             self.sock.setblocking(True)
 
+    def _receive(self) -> list:
+        """The datagrams of one receive call: several when the kernel coalesced consecutive
+        datagrams of the same size (UDP GRO; the segment size comes with them), else one."""
+        if not self.gro:
+            return [self.sock.recv(65536)]
+        data, ancillary, _, _ = self.sock.recvmsg(GRO_BUFFER, socket.CMSG_SPACE(4))
+        size = next((struct.unpack("=i", d[:4])[0] for level, kind, d in ancillary
+                     if level == socket.IPPROTO_UDP and kind == UDP_GRO), 0)
+        if size <= 0 or size >= len(data):
+            return [data]
+        view = memoryview(data)
+        return [view[i:i + size] for i in range(0, len(data), size)]
+
     def collect(self, count: int, n_values: int) -> Record:
         """Receive the ``count`` records of the stream just started (waiting ``timeout_s``
-        per datagram; after a gap, the stream counts as over once silent ``IDLE_END_S``)."""
-        got: list = []
+        per datagram; after a gap, the stream counts as over once silent ``IDLE_END_S``).
+        Per datagram only its header is read; the values are decoded once, at the end."""
+        heads: list[tuple[int, int, int]] = []  # (first index, decimation, records) per datagram
+        payloads: list = []
         lost, seq_next, first, timeout = 0, 0, None, None
         start_dropped = dropped = self.dropped_seen
-        n = 0
-        while n < count:
+        n, receive, head, skip = 0, self._receive, c.packet_head, c.PACKET_HEADER.size
+        done = False
+        while n < count and not done:
             gap = lost or (start_dropped is not None and dropped != start_dropped)
-            want = IDLE_END_S if (gap and got) else self.timeout_s
+            want = IDLE_END_S if (gap and heads) else self.timeout_s
             if want != timeout:
                 timeout = want
                 self.sock.settimeout(timeout)
             try:
-                data = self.sock.recv(65536)
+                batch = receive()
             except TimeoutError:
-                if got:  # the end of the stream is missing (or was lost after a gap)
+                if heads:  # the end of the stream is missing (or was lost after a gap)
                     lost += int(not gap)
                     break
                 raise InstrumentError(f"{self.name}: stream stopped after {n} of {count} records (timeout)") from None
-            p = c.decode_packet(data)
-            if p.values.shape[1] != n_values:
-                continue  # not this stream's layout
-            lost += max(0, p.seq - seq_next)
-            seq_next = p.seq + 1
-            dropped = p.dropped
-            first = p.first_index if first is None and p.seq == 0 else first
-            got.append(p)
-            n += p.values.shape[0]
-            if first is not None and p.first_index + p.decimation * (p.values.shape[0] - 1) >= first + count - 1:
-                break
+            for data in batch:
+                m, seq, fi, dropped_now, dec, k = head(data)
+                if m != n_values:
+                    continue  # not this stream's layout
+                lost += max(0, seq - seq_next)
+                seq_next = seq + 1
+                dropped = dropped_now
+                first = fi if first is None and seq == 0 else first
+                heads.append((fi, dec, k))
+                payloads.append(memoryview(data)[skip:])
+                n += k
+                if first is not None and fi + dec * (k - 1) >= first + count - 1:
+                    done = True
+                    break
         self.dropped_seen = dropped
         grown = 0 if start_dropped is None or dropped is None else (dropped - start_dropped) % (1 << 32)
-        values = np.concatenate([p.values for p in got])
-        sizes = np.array([p.values.shape[0] for p in got])
-        starts = np.repeat([p.first_index for p in got], sizes) + np.repeat([p.decimation for p in got], sizes) * (
-            np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes))
-        return Record(values, starts.astype(np.int64), lost, grown)
+        values = np.frombuffer(b"".join(payloads), "<f4").reshape(-1, n_values)
+        fis, decs, sizes = (np.array(x, np.int64) for x in zip(*heads))
+        starts = np.repeat(fis, sizes) + np.repeat(decs, sizes) * (np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes))
+        return Record(values, starts, lost, grown)
 
     def close(self) -> None:
         self.sock.close()
+
+
+def _enable_gro(sock: socket.socket) -> bool:
+    """Ask for coalesced receives (Linux UDP GRO): fewer receive calls per record, the same
+    datagrams. False where the system does not offer it (one datagram per call then)."""
+    try:
+        sock.setsockopt(socket.IPPROTO_UDP, UDP_GRO, 1)
+    except OSError:
+        return False
+    return True
 
 
 class HelicRig:
@@ -202,6 +233,7 @@ class HelicRig:
         self._queued = 0  # commands written since the last record
         self._armed = False
         self._closed = False
+        self._held: dict[str, object] = {}  # scalar parameters and the stream setup this connection last wrote
         self.link = ControlLink(self.name, sp.host, sp.control_port, sp.timeout_s)
         try:
             self._discover()
@@ -277,6 +309,13 @@ class HelicRig:
         self.link.request(MsgType.SET_PAR, struct.pack("<H", i) + c.pack_value(d, value), f"SetPar {name}")
         self._queued += int(name != "diag_reset")
 
+    def _set_changed(self, name: str, value: float) -> None:
+        """Write a scalar parameter unless this connection last wrote it with ``value`` (one
+        host on a direct endpoint: the device holds what it was told)."""
+        if self._held.get(name) != value:
+            self._set(name, value)
+            self._held[name] = value
+
     def set_block(self, name: str, values, offset: int = 0, chunk: int = 200) -> None:
         """Stage f32 ``values`` of block parameter ``name`` from element ``offset`` (SetBlock
         in chunks), then :meth:`commit` them."""
@@ -339,8 +378,8 @@ class HelicRig:
             self._arm()
         sp = self.spec
         if sp.ramp_parameter:
-            self._set(sp.ramp_parameter, ramp_periods)
-        self._set(sp.frequency_parameter, f)
+            self._set_changed(sp.ramp_parameter, float(np.float32(ramp_periods)))
+        self._set_changed(sp.frequency_parameter, float(np.float32(f)))
         for (_, p), x in zip(sp.actuators, sets):
             self._set(p, x)
             self._written[p] = x
@@ -364,7 +403,10 @@ class HelicRig:
         self._armed = True
 
     def _stream(self, count: int, ids: bytes) -> Record:
-        self.link.request(MsgType.STREAM_SETUP, struct.pack("<HIB", 1, count, len(ids)) + ids)
+        setup = struct.pack("<HIB", 1, count, len(ids)) + ids
+        if self._held.get("stream setup") != setup:  # the device keeps its stream configuration
+            self.link.request(MsgType.STREAM_SETUP, setup)
+            self._held["stream setup"] = setup
         self.stream.drain()
         self.link.request(MsgType.STREAM_START, struct.pack("<H", self.stream.port))
         rec = self.stream.collect(count, len(ids))

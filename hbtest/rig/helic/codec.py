@@ -40,6 +40,7 @@ __all__ = [
     "decode_error",
     "decode_frame",
     "decode_packet",
+    "packet_head",
     "decode_param_defs",
     "decode_param_page",
     "decode_sources",
@@ -354,7 +355,9 @@ def encode_packet(p: StreamPacket) -> bytes:
     return packet_header(p.seq, p.first_index, p.dropped, p.decimation, v.shape) + v.tobytes()
 
 
-def decode_packet(data: bytes) -> StreamPacket:
+def packet_head(data: bytes) -> tuple[int, int, int, int, int, int]:
+    """The checked header of a stream datagram: ``(values per record, seq, first_index,
+    dropped, decimation, record count)`` (the values follow from byte 20, record-major f32)."""
     if len(data) < PACKET_HEADER.size:
         raise CodecError("datagram shorter than the stream header")
     magic, version, m, seq, first, dropped, dec, n = PACKET_HEADER.unpack_from(data)
@@ -362,6 +365,11 @@ def decode_packet(data: bytes) -> StreamPacket:
         raise CodecError(f"not a v3 stream packet (magic 0x{magic:04X}, version {version})")
     if m == 0 or len(data) != PACKET_HEADER.size + 4 * m * n:
         raise CodecError(f"datagram of {len(data)} bytes for {n} records of {m} values")
+    return m, seq, first, dropped, dec, n
+
+
+def decode_packet(data: bytes) -> StreamPacket:
+    m, seq, first, dropped, dec, n = packet_head(data)
     values = np.frombuffer(data, dtype="<f4", offset=PACKET_HEADER.size).reshape(n, m)
     return StreamPacket(seq, first, dropped, dec, values)
 

@@ -50,9 +50,12 @@ EXPERIMENT = "hbtest-twin"
 TABLE_CAPACITY = 4096
 POLL_S = 0.05
 PACE_AFTER = 64  # datagrams of a stream sent back to back (~100 kB: within Linux's default receive buffer)
-PACE_PACKETS = 16  # beyond those, a short pause every so many datagrams (the host drains meanwhile)
-PACE_S = 0.0005
+PACE_RATE = 50_000  # beyond those, datagrams per second at most (~70 MB/s: what a host drains on loopback)
+PACE_PACKETS = 16  # the pace is checked every so many datagrams; a pause only when ahead by PACE_S or more
+PACE_S = 0.001
 NC = 1 + 2 * HARMONICS
+UDP_SEGMENT = 103  # Linux <linux/udp.h>: one send call, the kernel cuts it into datagrams of the given size
+GSO_SEGMENTS = 40  # datagrams per send call at most (40 x 1472 bytes < 64 KiB)
 ARM_KEY = "arm"
 
 
@@ -361,20 +364,49 @@ class HelicDevice:
                 return
 
     def _packets(self, values, idx, dec, faults):
-        per = c.records_per_packet(values.shape[1])
-        raw = np.ascontiguousarray(values, dtype="<f4")
+        if faults == Faults():
+            yield from _whole_packets(values, idx, dec, self.dropped)
+            return
+        n, m = values.shape
+        per = c.records_per_packet(m)
+        raw = np.ascontiguousarray(values, dtype="<f4").tobytes()
+        idx = idx.tolist()
         seq, i = 0, 0
-        while i < len(raw):
+        while i < n:
             if seq == 1 and faults.ring_drops:
                 self.dropped += faults.ring_drops
                 i += faults.ring_drops
                 faults.ring_drops = 0
                 continue
-            chunk = raw[i:i + per]
+            k = min(per, n - i)
             if seq != faults.lose_packet:
-                yield c.packet_header(seq, int(idx[i]), self.dropped, dec, chunk.shape) + chunk.tobytes()
+                yield c.packet_header(seq, idx[i], self.dropped, dec, (k, m)) + raw[4 * m * i:4 * m * (i + k)]
             i += per
             seq += 1
+
+
+_HEADER = np.dtype([("magic", "<u2"), ("version", "u1"), ("m", "u1"), ("seq", "<u4"), ("first", "<u4"),
+                    ("dropped", "<u4"), ("dec", "<u2"), ("n", "<u2")])  # codec.PACKET_HEADER as an array
+
+
+def _whole_packets(values: np.ndarray, idx: np.ndarray, dec: int, dropped: int):
+    """The datagrams of a stream without faults, built as one array (header + records per row)."""
+    n, m = values.shape
+    per = c.records_per_packet(m)
+    count = -(-n // per)
+    rows = np.zeros((count * per, m), "<f4")
+    rows[:n] = values
+    heads = np.zeros(count, _HEADER)
+    heads["magic"], heads["version"], heads["m"], heads["dec"], heads["n"] = c.MAGIC, c.VERSION, m, dec, per
+    heads["seq"] = np.arange(count)
+    heads["first"] = idx[::per] & 0xFFFFFFFF
+    heads["dropped"] = dropped & 0xFFFFFFFF
+    heads["n"][-1] = n - per * (count - 1)
+    block = np.concatenate([heads.view(np.uint8).reshape(count, -1), rows.view(np.uint8).reshape(count, -1)], axis=1)
+    last = c.PACKET_HEADER.size + 4 * m * int(heads["n"][-1])
+    for k in range(count - 1):
+        yield block[k].tobytes()
+    yield block[-1, :last].tobytes()
 
 
 def _complex(coeffs) -> np.ndarray:
@@ -402,6 +434,7 @@ class HelicServer:
         self._udp: socket.socket | None = None
         self._conn: socket.socket | None = None
         self._thread: threading.Thread | None = None
+        self._gso = True  # until a segmented send is refused
 
     @property
     def stream_port(self) -> int:
@@ -515,12 +548,39 @@ class HelicServer:
         conn.sendall(c.encode_frame(rtype, seq, body))
 
     def _send_stream(self, dest) -> None:
+        """Send the started stream's datagrams to ``dest``: the first PACE_AFTER back to back,
+        then at most PACE_RATE a second; consecutive datagrams of one size go out in one send
+        call where the system segments them (UDP GSO: the same datagrams on the wire)."""
+        batch: list[bytes] = []
+        t0 = 0.0
+        for k, datagram in enumerate(self.device.stream()):
+            if batch and (len(batch) == GSO_SEGMENTS or len(datagram) > len(batch[0])
+                          or len(batch[-1]) < len(batch[0])):
+                self._send(batch, dest)
+                batch = []
+            if k == PACE_AFTER:
+                t0 = time.perf_counter()
+            elif k > PACE_AFTER and k % PACE_PACKETS == 0:
+                ahead = t0 + (k - PACE_AFTER) / PACE_RATE - time.perf_counter()
+                if ahead >= PACE_S:
+                    self._send(batch, dest)
+                    batch = []
+                    time.sleep(ahead)
+            batch.append(datagram)
+        self._send(batch, dest)
+
+    def _send(self, batch: list[bytes], dest) -> None:
         udp = self._udp
         assert udp is not None, "streaming starts after start() bound the sockets"
-        for k, datagram in enumerate(self.device.stream()):
-            if k >= PACE_AFTER and k % PACE_PACKETS == 0:
-                time.sleep(PACE_S)
-            try:
+        try:
+            if len(batch) > 1 and self._gso:
+                try:
+                    udp.sendmsg([b"".join(batch)], [(socket.IPPROTO_UDP, UDP_SEGMENT, struct.pack("=H", len(batch[0])))],
+                                0, dest)
+                    return
+                except OSError:
+                    self._gso = False  # not offered here: one call per datagram
+            for datagram in batch:
                 udp.sendto(datagram, dest)
-            except OSError:
-                pass  # UDP is best effort: the host sees the gap
+        except OSError:
+            pass  # UDP is best effort: the host sees the gap

@@ -108,7 +108,8 @@ class Plant:
                     V[c - 1, np.searchsorted(orders, o.orders)] += o.coefficients
             if self._wall0 is None:
                 self._wall0, self._sim0 = self._clock(), self.twin.elapsed_s
-            self.twin.set_demand(f, V, orders, ramp_periods=0.0)
+            below = orders * f < self.fs / 2  # the twin samples at fs: content above its Nyquist frequency
+            self.twin.set_demand(f, V[:, below], orders[below], ramp_periods=0.0)  # (DAC images) is left out
 
     def wall_at_twin_now(self) -> float:
         """The wall-clock time [s, ``clock``] the twin has been simulated up to."""
