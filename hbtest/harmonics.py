@@ -117,7 +117,7 @@ def fit(
     # A record of N whole periods holds round(N T fs) samples: it may end up to half a
     # sample short of N T. Count periods with one and a half sample steps of slack.
     dt = float(np.median(np.diff(t))) if t.size > 1 else 0.0
-    available = int(np.floor((t[-1] - t[0] + 1.5 * dt) / period)) if t.size > 1 else 0
+    available = int(np.floor((t[-1] - t[0] + 1.5 * dt) / period + 1e-9)) if t.size > 1 else 0
     if n_periods is None:
         n_periods = available
     if n_periods < 1 or n_periods > available:
