@@ -20,6 +20,8 @@ TWO_POINTS = ["sweep.points=2", "sweep.start_hz=16.0", "sweep.stop_hz=16.5", "te
               "test.averaging_periods=6"]
 
 
+@pytest.mark.slow  # ~45 s of real-time bench even at 2 points; the default run keeps the bench's
+# defect tests (tests/test_scpi_bench.py) and the box and helic sweeps over sockets
 def test_two_points_through_the_simulated_instruments_match_the_exact_structure(tmp_path):
     ds = served_sweep(tmp_path, "scpi", TWO_POINTS, QUIET)
     assert ds.attrs["status"] == "completed" and bool(ds.done.all()) and bool(ds.converged.all())

@@ -317,6 +317,8 @@ def _contact_sweep(tmp_path, overrides):
     return run(cfg, tmp_path / "contact.zarr", progress=None, plot=False, overrides=overrides).load()
 
 
+@pytest.mark.slow  # ~100 s (the first point from rest settles for ~4000 periods through the stop);
+# the default run keeps the contact's reference against time integration above
 def test_contact_tip_sweep_short(tmp_path):
     """Three points around the bent resonance (the stop engaged at every one): converged,
     harmonic 1 within 1 % of the exact reference, the contact's DC and second harmonic within
