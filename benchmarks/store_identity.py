@@ -42,6 +42,17 @@ import numpy as np  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REFERENCE = HERE / "store_identity.json"
+#: the reference's entry naming the BLAS kernels it was built with (not a case)
+KERNELS_KEY = "blas_kernels"
+
+
+def blas_kernels() -> str:
+    """The BLAS implementations and kernel sets this process runs (threadpoolctl), e.g.
+    ``openblas:Haswell``: the same seed gives the same bits only on the same kernels."""
+    from threadpoolctl import threadpool_info
+
+    return ",".join(sorted(f"{i.get('internal_api')}:{i.get('architecture')}" for i in threadpool_info()
+                           if i.get("user_api") == "blas"))
 
 #: store attributes a clock, the host or the checkout decides
 VOLATILE_ATTRS = {"created_utc", "updated_utc", "finished_utc", "wall_seconds", "versions", "git_commit",
@@ -197,6 +208,7 @@ def main(argv=None) -> int:
     if a.write:
         old = json.loads(REFERENCE.read_text()) if REFERENCE.exists() else {}
         old.update(ours)
+        old[KERNELS_KEY] = blas_kernels()  # bit identity holds per BLAS kernel set (README)
         REFERENCE.write_text(json.dumps(old, indent=1, sort_keys=True) + "\n")
         print(f"wrote {REFERENCE}")
         return 0
