@@ -51,8 +51,9 @@ def blas_kernels() -> str:
     ``openblas:Haswell``: the same seed gives the same bits only on the same kernels."""
     from threadpoolctl import threadpool_info
 
-    return ",".join(sorted(f"{i.get('internal_api')}:{i.get('architecture')}" for i in threadpool_info()
-                           if i.get("user_api") == "blas"))
+    # a set: numpy and scipy each load their own OpenBLAS, the same kernels named twice
+    return ",".join(sorted({f"{i.get('internal_api')}:{i.get('architecture')}" for i in threadpool_info()
+                            if i.get("user_api") == "blas"}))
 
 #: store attributes a clock, the host or the checkout decides
 VOLATILE_ATTRS = {"created_utc", "updated_utc", "finished_utc", "wall_seconds", "versions", "git_commit",
