@@ -43,6 +43,7 @@ import numpy as np
 
 from .plant import ChannelOutput, Plant, waveform_harmonics
 from .server import Command, SimError
+from .server import number as _number
 
 __all__ = ["IDN", "VOLATILE_POINTS", "Generator"]
 
@@ -329,13 +330,3 @@ def _on_off(arg: str) -> bool:
     if arg in ("OFF", "0"):
         return False
     raise SimError(-224, "Illegal parameter value")
-
-
-def _number(arg: str) -> float:
-    try:
-        v = float(arg)
-    except ValueError:
-        raise SimError(-104, "Data type error") from None
-    if not np.isfinite(v):
-        raise SimError(-222, "Data out of range")
-    return v

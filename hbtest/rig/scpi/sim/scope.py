@@ -47,6 +47,7 @@ import numpy as np
 
 from .plant import Plant
 from .server import Command, SimError
+from .server import number as _number
 
 __all__ = ["IDN", "Scope"]
 
@@ -324,13 +325,3 @@ class Scope:
             payload = (codes if self.unsigned else codes - 32768).astype(order + ("u2" if self.unsigned else "i2")).tobytes()
         n = str(len(payload))
         return b"#" + str(len(n)).encode() + n.encode() + payload + b"\n"
-
-
-def _number(arg: str) -> float:
-    try:
-        v = float(arg)
-    except ValueError:
-        raise SimError(-104, "Data type error") from None
-    if not np.isfinite(v):
-        raise SimError(-222, "Data out of range")
-    return v

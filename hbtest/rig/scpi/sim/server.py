@@ -15,6 +15,7 @@ connection is closed half-way through it.
 
 from __future__ import annotations
 
+import math
 import re
 import socket
 import threading
@@ -34,6 +35,18 @@ class SimError(Exception):
     def __init__(self, code: int, text: str):
         super().__init__(f"{code:+d},\"{text}\"")
         self.code, self.text = code, text
+
+
+def number(arg: str) -> float:
+    """A numeric SCPI parameter, or the errors both manuals give: -104 for text that is not a
+    number, -222 for a number out of range (inf, nan)."""
+    try:
+        v = float(arg)
+    except ValueError:
+        raise SimError(-104, "Data type error") from None
+    if not math.isfinite(v):
+        raise SimError(-222, "Data out of range")
+    return v
 
 
 _NODE = re.compile(r"^([A-Za-z_*]+?)(\d*)$")
