@@ -353,7 +353,7 @@ def _kept_modes(A, E, cutoff_hz: float):
     ill-conditioned mode is a ValueError."""
     lam, wl, vr = scipy.linalg.eig(A, E, left=True, right=True)
     keep = np.abs(lam) < 2 * np.pi * cutoff_hz
-    lam, wl, vr = lam[keep], wl[:, keep], vr[:, keep]
+    lam, wl, vr = _refined_pairs(A, E, lam[keep], wl[:, keep], vr[:, keep])
     o = np.lexsort((np.imag(lam), np.abs(lam)))
     lam, wl, vr = lam[o], wl[:, o], vr[:, o]
     nrm = np.einsum("im,ij,jm->m", wl.conj(), E, vr)
@@ -361,6 +361,31 @@ def _kept_modes(A, E, cutoff_hz: float):
     if np.any(cond > 1e9) or np.any(np.real(lam) >= 0):
         raise ValueError(f"virtual rig: kept modes are ill-conditioned or unstable (condition {cond.max():.3g})")
     return lam, wl, vr, nrm, cond
+
+
+#: inverse-iteration steps of :func:`_refined_pairs`
+REFINE_STEPS = 2
+
+
+def _refined_pairs(A, E, lam, wl, vr):
+    """The kept eigenpairs of the pencil (A, E) refined by :data:`REFINE_STEPS` steps of
+    inverse iteration (right and left vectors through one LU of ``A - lambda E``) and the
+    two-sided Rayleigh quotient. The QZ vectors alone are as accurate as the BLAS kernels
+    make them: with E's condition number ~1e12 (the beam's mass range), the kept modes' static
+    sum (the static correction's subtrahend) differed by 8e-4 relative between OpenBLAS's
+    Haswell and Sandybridge kernels and the modal model's error against the full model was
+    1.6e-6 on one and 4.2e-5 on the other; refined, the sums agree to 2e-8 and both models are
+    within 1.1e-7 of the full one (``tests/test_virtual_rig.py``)."""
+    lam, wl, vr = lam.copy(), wl.copy(), vr.copy()
+    for k in range(lam.size):
+        for _ in range(REFINE_STEPS):
+            lu = scipy.linalg.lu_factor(A - lam[k] * E, check_finite=False)
+            v = scipy.linalg.lu_solve(lu, E @ vr[:, k], check_finite=False)
+            w = scipy.linalg.lu_solve(lu, E.conj().T @ wl[:, k], trans=2, check_finite=False)
+            v, w = v / np.linalg.norm(v), w / np.linalg.norm(w)
+            vr[:, k], wl[:, k] = v, w
+            lam[k] = (w.conj() @ A @ v) / (w.conj() @ E @ v)
+    return lam, wl, vr
 
 
 def _filtered_states(filters, cm, bm, D, lam, rep, lam_r, fac_r, n_in: int):
