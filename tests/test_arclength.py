@@ -178,9 +178,11 @@ def test_short_trace_on_the_twin_converges_matches_the_exact_curve_and_resumes(t
     the third point and resumed: every point converged, the trace continues from the last
     finished point (the finished slots untouched), ends past the band, and every point lies
     within 1 % of the joined structure's exact harmonic balance (harmonics 1 and 3)."""
-    # on the harsh-mains twin, where the trace passes 16.5 Hz within 40 slots; on the
-    # lab-calibrated twin it takes smaller steps and used all 40 (noted, not yet investigated)
-    over = ["sweep.stop_hz=16.5", "sweep.max_points=40", "output.plot=false",
+    # on the harsh-mains twin, where the trace passes 16.5 Hz within 100 slots: the step control
+    # follows the noise, and the slots used spread widely (uninterrupted, seeds 1-4: 29, 25, 62,
+    # 33; this test's interrupted and resumed seed 1: 41); on the lab-calibrated twin it takes
+    # smaller steps and used all 80 at seed 1 (noted, not yet investigated)
+    over = ["sweep.stop_hz=16.5", "sweep.max_points=100", "output.plot=false",
             "rig=../instruments/virtual-cantilever-harsh-mains.toml"]
     cfg = load_sweep(CUBIC, over)
     path = tmp_path / "arc.zarr"
@@ -200,7 +202,7 @@ def test_short_trace_on_the_twin_converges_matches_the_exact_curve_and_resumes(t
     assert ds.attrs["status"] == "completed" and ds.attrs["trace_finished"] is True
     done = np.asarray(ds["done"].values, dtype=bool)
     n = int(done.sum())
-    assert done[:n].all() and not done[n:].any() and 5 <= n < 40
+    assert done[:n].all() and not done[n:].any() and 5 <= n < 100
     np.testing.assert_array_equal(ds["written_utc"].values[:3], written)
     assert np.asarray(ds["converged"].values)[:n].all() and exit_code(ds) == 0
     f = ds["frequency"].values[:n]

@@ -237,14 +237,7 @@ class HybridArclength:
         self.d_scale = float(np.abs(num.D).max())
         e = out.final
         history = out.history
-        if isinstance(carry, HbtestCarry) and carry.G is not None:
-            f = num.frequency_hz
-            df = self.s.frequency_fd_fraction * self.f_scale * self.direction
-            ef = lp.evaluate(self.numerical_side(f + df), e.V, SETTLE_FRACTION * self.r_target, kind="finite_difference")
-            history.append(ef)
-            self.Gz = np.hstack([carry.G * self.v_scale, ((ef.Y - e.Y) / df * self.f_scale)[:, None]])
-        else:
-            self._measure_jacobian(num, e, history)
+        self._initial_jacobian(num, e, carry, history, self.direction)
         out = replace(out, rig_periods=(lp.rig.elapsed_s - t0) * f0)
         self.z, self.e = self.scale(e.V, f0), e
         direction = np.zeros(self.n_v + 1)
@@ -252,12 +245,42 @@ class HybridArclength:
         self.t = bordered_tangent(self.jacobian(num, e), direction)
         return TracedPoint(out, self.z.copy(), self.t.copy(), 0.0)
 
+    def _initial_jacobian(self, num: NumericalSide, e, carry, history: list, direction: int) -> None:
+        """``Gz`` at a point the point loop's profile converged (evaluation ``e``): its fitted
+        rig Jacobian where the profile carries one (the hbtest profile pools every evaluation
+        of the point: far less noisy than one finite difference per voltage), else
+        :meth:`_measure_jacobian`; the frequency column by one finite difference towards
+        ``direction``."""
+        if not (isinstance(carry, HbtestCarry) and carry.G is not None):
+            self._measure_jacobian(num, e, history)
+            return
+        f = num.frequency_hz
+        df = self.s.frequency_fd_fraction * self.f_scale * direction
+        ef = self.loop.evaluate(self.numerical_side(f + df), e.V, SETTLE_FRACTION * self.r_target, kind="finite_difference")
+        history.append(ef)
+        self.Gz = np.hstack([carry.G * self.v_scale, ((ef.Y - e.Y) / df * self.f_scale)[:, None]])
+
+    def _reconverge(self, num: NumericalSide, V: np.ndarray, history: list):
+        """A finished point of the curve (frequency of ``num``, demand ``V``), where a trace
+        resumes, converged again by the point loop's profile from ``V``, and ``Gz`` there (:meth:`_initial_jacobian`, the frequency
+        difference along the branch while in the band); its evaluations appended to
+        ``history``; returns the final evaluation. One finite difference per voltage instead
+        (the loop's ``finite_differences``) gave tangents whose df/ds was 0.17 where the curve's
+        is 0.98 (harsh-mains twin, cubic interface, 16.04 Hz), and the trace turned back."""
+        lp = self.loop
+        carry = lp.new_carry(np.asarray(V, dtype=float))
+        out = lp.run(num.frequency_hz, carry)
+        history.extend(out.history)
+        inside = num.frequency_hz + self.branch_sign * self.s.frequency_fd_fraction * self.f_scale
+        self._initial_jacobian(num, out.final, carry, history, self.branch_sign if self.lo <= inside <= self.hi else -self.branch_sign)
+        return out.final
+
     def resume(self, voltages, frequencies_hz, first_frequency_hz: float, n_folds: int = 0) -> None:
         """Continue a trace from its finished points (packed ``voltages`` (n, n_v) and
         ``frequencies_hz`` (n,), in trace order; ``first_frequency_hz`` that of the run's first
-        point, which fixes the residual scale; ``n_folds`` folds already passed): re-measure the state and the rig Jacobian at
-        the last point (rig time charged to the next point) and take the direction of the
-        last secant (or of the band for a single point)."""
+        point, which fixes the residual scale; ``n_folds`` folds already passed): converge the last point again and
+        take the rig Jacobian there (:meth:`_reconverge`, rig time charged to the next point) and the direction of
+        the last secant (or of the band for a single point)."""
         V = np.asarray(voltages, dtype=float)
         f = np.asarray(frequencies_hz, dtype=float)
         self.branch_sign = self.direction * (-1) ** int(n_folds)
@@ -265,9 +288,7 @@ class HybridArclength:
         lp = self.loop
         self.pending_t0 = lp.rig.elapsed_s
         num = self.numerical_side(float(f[-1]))
-        e = lp.evaluate(num, V[-1], SETTLE_FRACTION * self.r_target, kind="start")
-        self.pending.append(e)
-        self._measure_jacobian(num, e, self.pending)
+        e = self._reconverge(num, V[-1], self.pending)
         self.z, self.e = self.scale(e.V, float(f[-1])), e
         if f.size >= 2:
             prev = self.z - self.scale(V[-2], float(f[-2]))
