@@ -174,33 +174,49 @@ def test_jacobian_uncertainty_term_is_the_mean_over_the_jacobians_spread():
     np.testing.assert_allclose(with_G - plain, np.mean(draws) - plain, rtol=0.2)
 
 
-def test_stated_uncertainty_covers_the_error_off_resonance():
-    """Seeded noise, 12 runs of three points of the bare-beam sweep (17.1-17.3 Hz after a
-    first point): the root mean square of |U - U_exact| / stated uncertainty is about one
-    (chi with 36 samples: 0.75-1.3 holds with margin when the statement is right), for the
-    acceptance's uncertainty and for the stored one."""
-    z, zj = [], []
-    # the harsh-mains twin, where every one of these points converges (on the lab-calibrated
-    # twin, 3x noisier in the gauges' broadband, the hbtest profile leaves some unconverged)
+#: (seeds, bounds of rms(z), lower bound of rms(z_j)) of the off-resonance coverage test. Measured spread
+#: (``python benchmarks/off_resonance_coverage.py 1 48``, at 494bb6b, and at f9839d3 before the twin's refined
+#: eigenvectors): rms(z) per 12 seeds 0.78-1.11 over the 8 sets, mean 0.96, sd 0.12; rms(z_j) 0.69-1.03, mean 0.88,
+#: sd 0.12; over all 48 seeds rms(z) 0.93 / 1.01 and rms(z_j) 0.84 / 0.93 (sd of a 48-seed figure ~0.06). Bounds sit
+#: >= 3 sd from the mean: 12 seeds in the default run catch a statement off by a factor ~1.6, 48 seeds (slow) by ~1.3.
+OFF_RESONANCE_COVERAGE = (
+    pytest.param(range(1, 13), (0.6, 1.4), 0.5, id="12-seeds"),
+    pytest.param(range(1, 49), (0.75, 1.25), 0.65, id="48-seeds", marks=pytest.mark.slow),
+)
+
+
+def off_resonance_z(seed: int) -> tuple[list[float], list[float]]:
+    """(z, z_j) at the three points after the first of 17.0-17.3 Hz on the bare beam, one seed:
+    z = |U - U_exact| / stated uncertainty, z_j the same over the stored uncertainty (which adds
+    the fitted Jacobian's own uncertainty). On the harsh-mains twin, where every one of these
+    points converges (on the lab-calibrated twin, 3x noisier in the gauges' broadband, the
+    hbtest profile leaves some unconverged)."""
     harsh = "rig=../instruments/virtual-cantilever-harsh-mains.toml"
-    for seed in range(1, 13):
-        cfg, rig, ns, F, loop = _loop(BARE, ["sweep.start_hz=17.0", "sweep.stop_hz=17.3", "sweep.points=4", harsh], seed=seed)
-        carry = HbtestCarry()
-        w = np.array([1.0, cfg.test.rotation_length])
-        for i, f in enumerate(cfg.sweep.frequencies_hz):
-            out = loop.run(float(f), carry)
-            assert out.converged
-            if i:
-                exact = rig.emulated_interface_response(ns, F, float(f), loop.orders)[:, 0]
-                err = np.linalg.norm((out.final.meas.displacement[:, 0] - exact) * w)
-                z.append(err / out.uncertainty)
-                zj.append(err / out.uncertainty_with_jacobian)
-    rms = float(np.sqrt(np.mean(np.square(z))))
-    assert 0.75 < rms < 1.3, rms
-    # the stored uncertainty (the fitted Jacobian's own uncertainty included) is larger and
-    # still about right
-    rms_j = float(np.sqrt(np.mean(np.square(zj))))
-    assert 0.75 < rms_j < rms, (rms_j, rms)
+    cfg, rig, ns, F, loop = _loop(BARE, ["sweep.start_hz=17.0", "sweep.stop_hz=17.3", "sweep.points=4", harsh], seed=seed)
+    carry = HbtestCarry()
+    w = np.array([1.0, cfg.test.rotation_length])
+    z, zj = [], []
+    for i, f in enumerate(cfg.sweep.frequencies_hz):
+        out = loop.run(float(f), carry)
+        assert out.converged, (seed, f)
+        if i:
+            exact = rig.emulated_interface_response(ns, F, float(f), loop.orders)[:, 0]
+            err = np.linalg.norm((out.final.meas.displacement[:, 0] - exact) * w)
+            z.append(err / out.uncertainty)
+            zj.append(err / out.uncertainty_with_jacobian)
+    return z, zj
+
+
+@pytest.mark.parametrize("seeds, bounds, lower_j", OFF_RESONANCE_COVERAGE)
+def test_stated_uncertainty_covers_the_error_off_resonance(seeds, bounds, lower_j):
+    """The root mean square of :func:`off_resonance_z` over seeded runs is about one, for the
+    acceptance's uncertainty and for the stored one. Bounds and their measured spread:
+    :data:`OFF_RESONANCE_COVERAGE`."""
+    pairs = [off_resonance_z(seed) for seed in seeds]
+    rms = float(np.sqrt(np.mean(np.square([p[0] for p in pairs]))))
+    assert bounds[0] < rms < bounds[1], rms
+    rms_j = float(np.sqrt(np.mean(np.square([p[1] for p in pairs]))))
+    assert lower_j < rms_j <= rms, (rms_j, rms)
 
 
 def test_carried_jacobian_prior_grows_by_forgetting_and_drift():
