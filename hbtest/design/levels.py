@@ -173,7 +173,7 @@ def _plant_voltage(rig_cfg, freqs, lasers_target) -> np.ndarray | None:
     plant (least squares over the lasers), or None for a rig without a plant model."""
     if rig_cfg.kind != "virtual":
         return None
-    from ..rig.virtual.model import build_model_or_config_error
+    from ..rig.virtual.build import build_model_or_config_error
     from ..rig.virtual.reference import frequency_response
 
     spec = rig_cfg.spec

@@ -21,8 +21,9 @@ from ...substructure import Substructure
 from .. import Acquisition, RigDescription, check_voltage
 from ..safety import normalise_demand
 from . import reference
+from .build import build_model_or_config_error
 from .engine import MAX_CHUNK, Engine
-from .model import amplifier_input, build_model_or_config_error, input_harmonics
+from .model import amplifier_input, input_harmonics
 from .reference import SteadyState
 from .spec import VirtualSpec
 
