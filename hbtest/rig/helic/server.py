@@ -319,11 +319,13 @@ class HelicDevice:
             self._applied = (f, np.zeros_like(V), orders)
 
     def disconnected(self) -> None:
-        """Control connection lost: disarm, outputs quiet, stream stops ("Parameter discovery")."""
+        """Control connection lost: outputs quiet, disarm, stream stops ("Parameter discovery").
+        The outputs go quiet before the gate reads disarmed, so no observer sees a disarmed
+        device still driving (a test caught that window under load)."""
+        self._quiet()
         self.gate.armed = False
         self.params[self.index[ARM_KEY]].value = 0
         self.stream_cfg = _Stream()
-        self._quiet()
         self.pending = 0
 
     def stream(self):
@@ -358,9 +360,9 @@ class HelicDevice:
             if L > 0 and np.max(np.abs(cols[ch])) > L:
                 if not self.gate.tripped:
                     self.on_event("trip", f"input {ch} beyond {L:g} V: trip, outputs quiet")
+                self._quiet()
                 self.gate.tripped, self.gate.reason = True, f"input {ch} beyond {L:g} V"
                 self.gate.armed = False
-                self._quiet()
                 return
 
     def _packets(self, values, idx, dec, faults):
