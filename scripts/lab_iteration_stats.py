@@ -14,9 +14,10 @@ From each complete point's record (``record_xsol``, ``record_residual``: demand 
   each file (a file's first point starts from zero volts, as the twin's first point does, and is
   left out on both sides);
 - :func:`~hbtest.rig.virtual.iteration_stats.affine_misfit` over the points with enough
-  evaluations, the lag-1 correlation of its residuals (a slow drift correlates consecutive
-  evaluations; white scatter does not) and their correlation with the distance from the
-  point's last demand (a nonlinearity grows with it);
+  evaluations, per residual component ``[f1 sin, f1 cos, f2 sin, f2 cos]`` and over the
+  tolerance, the lag-1 correlation of its residuals (a slow drift correlates consecutive
+  evaluations; white scatter does not), their correlation with the distance from the point's
+  last demand (a nonlinearity grows with it) and their kurtosis;
 - the spread of the demands about the point's last one [V rms per coefficient], for the
   twin's own affine-misfit design (``benchmarks/twin_vs_lab.py``);
 - the condition number of the Jacobian the lab iterated with, ``inv(invJ)`` at the point's end;
@@ -41,7 +42,12 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from fit_lab_noise import default_lab_dir  # noqa: E402
 
-from hbtest.rig.virtual.iteration_stats import MIN_AFFINE_EVALUATIONS, affine_misfit, step_statistics  # noqa: E402
+from hbtest.rig.virtual.iteration_stats import (  # noqa: E402
+    MIN_AFFINE_EVALUATIONS,
+    affine_misfit,
+    affine_misfit_components,
+    step_statistics,
+)
 from hbtest.solver import bad_broyden_inverse_update  # noqa: E402
 
 
@@ -63,16 +69,20 @@ def later_points(d, recs):
 
 
 def misfit_structure(recs) -> dict:
-    """Affine misfit [N] per point (enough evaluations) with its residuals' lag-1 correlation
-    and their correlation with the distance from the last demand; demand spread [V]."""
-    mis, lag, dist, spread = [], [], [], []
-    for _, X, R, _ in recs:
+    """Affine misfit [N] per point (enough evaluations), per residual component and over the
+    tolerance, with its residuals' lag-1 correlation, their correlation with the distance from
+    the last demand and their kurtosis (3: Gaussian); demand spread [V]."""
+    mis, comps, over, lag, dist, kurt, spread = [], [], [], [], [], [], []
+    for _, X, R, tol in recs:
         m = affine_misfit(X, R)
         if not np.isfinite(m):
             continue
         A = np.c_[X, np.ones(len(X))]
         res = R - A @ np.linalg.lstsq(A, R, rcond=None)[0]
         mis.append(m)
+        comps.append(affine_misfit_components(X, R))
+        over.append(m / tol)
+        kurt.append(float(np.mean(res**4) / np.mean(res**2) ** 2))
         lag.append(float(np.sum(res[1:] * res[:-1]) / np.sum(res * res)))
         dist.append(float(np.corrcoef(np.linalg.norm(X - X[-1], axis=1), np.linalg.norm(res, axis=1))[0, 1]))
         spread.append(float(np.sqrt(np.mean((X - X[-1]) ** 2))))
@@ -80,8 +90,11 @@ def misfit_structure(recs) -> dict:
     def q(x):
         return [float(v) for v in np.percentile(x, [50, 10, 90])]
 
-    return {"points": len(mis), "misfit_n_median_p10_p90": q(mis), "lag1_correlation_median_p10_p90": q(lag),
-            "distance_correlation_median_p10_p90": q(dist), "demand_spread_v_median": float(np.median(spread))}
+    return {"points": len(mis), "misfit_n_median_p10_p90": q(mis),
+            "misfit_components_n_median": [float(v) for v in np.median(comps, axis=0)],
+            "misfit_over_tolerance_median_p10_p90": q(over), "kurtosis_median": float(np.median(kurt)),
+            "lag1_correlation_median_p10_p90": q(lag), "distance_correlation_median_p10_p90": q(dist),
+            "demand_spread_v_median": float(np.median(spread))}
 
 
 def replay_share(d, recs) -> float:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["step_statistics", "affine_misfit", "MIN_AFFINE_EVALUATIONS"]
+__all__ = ["step_statistics", "affine_misfit", "affine_misfit_components", "MIN_AFFINE_EVALUATIONS"]
 
 #: an affine fit of 4 outputs over 4 demand coefficients has 5 unknowns per output: at least
 #: this many evaluations (9 degrees of freedom per output) before its misfit is judged
@@ -59,15 +59,20 @@ def step_statistics(records, above: float = 3.0) -> dict:
     }
 
 
-def affine_misfit(X, R) -> float:
-    """rms per component [units of R] of the residual of the least-squares fit ``R = J X + b``
-    over one point's evaluations, per degree of freedom; NaN below
+def affine_misfit_components(X, R) -> np.ndarray:
+    """rms per residual component [units of R] of the residual of the least-squares fit
+    ``R = J X + b`` over one point's evaluations, per degree of freedom; NaN below
     :data:`MIN_AFFINE_EVALUATIONS` evaluations."""
     X, R = np.asarray(X, dtype=float), np.asarray(R, dtype=float)
     n = X.shape[0]
     if n < MIN_AFFINE_EVALUATIONS:
-        return float("nan")
+        return np.full(R.shape[1], np.nan)
     A = np.c_[X, np.ones(n)]
-    coef = np.linalg.lstsq(A, R, rcond=None)[0]
-    res = R - A @ coef
-    return float(np.sqrt(np.sum(res**2) / (R.shape[1] * (n - A.shape[1]))))
+    res = R - A @ np.linalg.lstsq(A, R, rcond=None)[0]
+    return np.sqrt(np.sum(res**2, axis=0) / (n - A.shape[1]))
+
+
+def affine_misfit(X, R) -> float:
+    """The rms over components of :func:`affine_misfit_components` (NaN below
+    :data:`MIN_AFFINE_EVALUATIONS` evaluations)."""
+    return float(np.sqrt(np.mean(affine_misfit_components(X, R) ** 2)))
