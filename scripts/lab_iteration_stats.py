@@ -50,6 +50,10 @@ from hbtest.rig.virtual.iteration_stats import (  # noqa: E402
 )
 from hbtest.solver import bad_broyden_inverse_update  # noqa: E402
 
+#: evaluation-count bins of the misfit's breakdown (it grows with the count: the points that took
+#: longest scattered most)
+BINS = ((14, 20), (20, 30), (30, 50), (50, 1000))
+
 
 def records(d):
     """``[(p, X (n, 4), R (n, 4), tol)]`` of the complete points, ``n`` = evaluations."""
@@ -72,7 +76,7 @@ def misfit_structure(recs) -> dict:
     """Affine misfit [N] per point (enough evaluations), per residual component and over the
     tolerance, with its residuals' lag-1 correlation, their correlation with the distance from
     the last demand and their kurtosis (3: Gaussian); demand spread [V]."""
-    mis, comps, over, lag, dist, kurt, spread = [], [], [], [], [], [], []
+    mis, comps, over, lag, dist, kurt, spread, count = [], [], [], [], [], [], [], []
     for _, X, R, tol in recs:
         m = affine_misfit(X, R)
         if not np.isfinite(m):
@@ -80,6 +84,7 @@ def misfit_structure(recs) -> dict:
         A = np.c_[X, np.ones(len(X))]
         res = R - A @ np.linalg.lstsq(A, R, rcond=None)[0]
         mis.append(m)
+        count.append(len(X))
         comps.append(affine_misfit_components(X, R))
         over.append(m / tol)
         kurt.append(float(np.mean(res**4) / np.mean(res**2) ** 2))
@@ -94,7 +99,10 @@ def misfit_structure(recs) -> dict:
             "misfit_components_n_median": [float(v) for v in np.median(comps, axis=0)],
             "misfit_over_tolerance_median_p10_p90": q(over), "kurtosis_median": float(np.median(kurt)),
             "lag1_correlation_median_p10_p90": q(lag), "distance_correlation_median_p10_p90": q(dist),
-            "demand_spread_v_median": float(np.median(spread))}
+            "demand_spread_v_median": float(np.median(spread)),
+            "misfit_n_median_by_evaluations": {f"{lo}-{hi - 1}": float(np.median(np.asarray(mis)[sel]))
+                                               for lo, hi in BINS
+                                               if (sel := (np.asarray(count) >= lo) & (np.asarray(count) < hi)).any()}}
 
 
 def replay_share(d, recs) -> float:
