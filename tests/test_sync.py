@@ -15,7 +15,15 @@ from hypothesis import strategies as st
 from hbtest.config import load_sweep
 from hbtest.frf import sync_metrics
 from hbtest.sweep import run
-from hbtest.sync import SYNC_PHASE_TOLERANCE_DEG, SYNC_RATIO_TOLERANCE, VARIABLES, format_sync_summary, point_sync, sync_ratio_phase, sync_summary
+from hbtest.sync import (
+    SYNC_PHASE_TOLERANCE_DEG,
+    SYNC_RATIO_TOLERANCE,
+    VARIABLES,
+    format_sync_summary,
+    point_sync,
+    sync_ratio_phase,
+    sync_summary,
+)
 
 PAPER = Path(__file__).resolve().parent.parent / "sweeps" / "paper-cantilever.toml"
 OVER = ["sweep.start_hz=18.3", "sweep.stop_hz=18.7", "sweep.points=4"]
