@@ -284,7 +284,8 @@ def main() -> int:
         print(f"{name:42s} {lab:10.4g} {t:10.4g} {t / lab:7.2f}  {unit}")
     lab_it = json.loads(ITERATIONS.read_text())
     twin_it = twin_iterations(a.rig, a.seed, lab_it["affine"]["demand_spread_v_median"])
-    print(f"\n{'published iteration (paper sweep, seed ' + str(a.seed) + ')':42s} {'lab':>10s} {'twin':>10s} {'ratio':>7s}")
+    title = f"published iteration (paper sweep, seed {a.seed})"
+    print(f"\n{title:42s} {'lab':>10s} {'twin':>10s} {'ratio':>7s}")
     for name, lab, t, unit in iteration_rows(lab_it, twin_it):
         print(f"{name:42s} {lab:10.4g} {t:10.4g} {t / lab:7.2f}  {unit}")
     print(f"twin_converged={twin_it['converged']}/{twin_it['points']}")

@@ -97,7 +97,9 @@ def sync_summary(ds) -> dict:
     f = np.asarray(ds["frequency"].values, dtype=float)[ok]
 
     def values(name):
-        return np.asarray(ds[name].values, dtype=float)[ok] if name in ds else np.full((int(ok.sum()), 4, ds.sizes["harmonic"]), np.nan)
+        if name not in ds:  # a store written before the measured_* variables
+            return np.full((int(ok.sum()), len(VARIABLES), ds.sizes["harmonic"]), np.nan)
+        return np.asarray(ds[name].values, dtype=float)[ok]
 
     r, p = values("sync_amplitude_ratio"), values("sync_phase_deg")
     mr, mp = values("measured_sync_amplitude_ratio"), values("measured_sync_phase_deg")
@@ -128,7 +130,8 @@ def format_sync_summary(summary: dict) -> str:
              f"{'var':>5} {'k':>2} {'points':>6} {'max|r-1| [%]':>13} {'med|r-1| [%]':>13} {'max|phase| [deg]':>17} "
              f"{'med|phase| [deg]':>17} {'worst f [Hz]':>12} {'max|r-1| [%]':>13} {'max|phase| [deg]':>17}"]
     for r in summary["rows"]:
-        lines.append(f"{r['variable']:>5} {r['harmonic']:>2d} {r['points']:>6d} {100 * r['measured_max_ratio_error']:>13.4f} "
+        lines.append(f"{r['variable']:>5} {r['harmonic']:>2d} {r['points']:>6d} "
+                     f"{100 * r['measured_max_ratio_error']:>13.4f} "
                      f"{100 * r['measured_median_ratio_error']:>13.4f} {r['measured_max_phase_deg']:>17.4f} "
                      f"{r['measured_median_phase_deg']:>17.4f} {r['measured_worst_frequency_hz']:>12.4f} "
                      f"{100 * r['max_ratio_error']:>13.4f} {r['max_phase_deg']:>17.4f}")

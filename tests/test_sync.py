@@ -183,7 +183,8 @@ def test_noise_free_twin_measured_sync_is_the_exact_state_at_the_last_demand(tmp
     for i, f in enumerate(ds.frequency.values):
         V = ds.history_voltage.values[i, int(ds.history_length.values[i]) - 1]
         ss = rig.steady_state(float(f), V, [1])
-        ps = np.concatenate([ds.measured_interface_displacement.values[i, :, 0], ds.measured_interface_force.values[i, :, 0]])
+        ps = np.concatenate([ds.measured_interface_displacement.values[i, :, 0],
+                             ds.measured_interface_force.values[i, :, 0]])
         ps_exact = np.concatenate([ss.displacement[:, 0], ss.force[:, 0]])
         np.testing.assert_allclose(ps, ps_exact, rtol=3e-5)
         ns = np.concatenate(_ns_counterparts(cfg, f, ps[:2], ps[2:]))
@@ -197,3 +198,16 @@ def test_noise_free_twin_measured_sync_is_the_exact_state_at_the_last_demand(tmp
     dp = np.abs(ds.measured_sync_phase_deg.values)
     assert 1e-5 < dr.max() < 2e-4 and 1e-4 < dp.max() < 0.01, (dr, dp)
     assert np.abs(ds.sync_amplitude_ratio.values - 1).max() < 1e-9
+
+
+def test_summary_of_a_store_without_the_measured_state_says_nan(twin_run):
+    """A store written before the measured_* variables: the measured columns are NaN, the
+    reported ones as before."""
+    _, ds = twin_run
+    old = ds.drop_vars(["measured_sync_amplitude_ratio", "measured_sync_phase_deg", "solution_offset"])
+    summ = sync_summary(old)
+    row = summ["rows"][0]
+    assert np.isnan(row["measured_max_ratio_error"]) and row["measured_points"] == 0
+    assert row["max_ratio_error"] == sync_summary(ds)["rows"][0]["max_ratio_error"]
+    text = format_sync_summary(summ).splitlines()
+    assert "median nan m, max nan m" in text[1] and text[5].split()[3] == "nan"
