@@ -436,17 +436,27 @@ class FamilyRunner:
 
     def finish(self, i: int, out, rec):
         """The store's record of slot ``i``: ``rec`` (built over :attr:`active`) with the
-        sync metrics (:mod:`hbtest.sync`) and spread over the store's orders."""
+        sync metrics (:mod:`hbtest.sync`) of the reported state and of the last measured one
+        (with that state), spread over the store's orders."""
         from .point import NumericalSide
         from .sync import point_sync
 
         act = np.asarray(self.active)
         if out.final is not None:
-            e = out.final
             num = NumericalSide.build(self.ns, self.loop.force_vector, float(out.frequency_hz), act)  # as run (an arclength slot's is traced)
-            F_N = np.asarray(e.meas.force) - num.force_residual(e.meas.displacement, e.meas.force)
-            ratio, phase = point_sync(e.meas.displacement, e.meas.force, e.U_N, F_N)
-            rec = replace(rec, numerical_force=F_N, sync_amplitude_ratio=ratio, sync_phase_deg=phase)
+
+            def sync(e):  # (F_N, ratio, phase) of an evaluation: PS against NS
+                F_N = np.asarray(e.meas.force) - num.force_residual(e.meas.displacement, e.meas.force)
+                return (F_N, *point_sync(e.meas.displacement, e.meas.force, e.U_N, F_N))
+
+            F_N, ratio, phase = sync(out.final)
+            # the last measured state (the paper's table): the reported one may be the pooled
+            # fit's solution, where PS and NS agree by construction
+            m = out.last_measured
+            _, m_ratio, m_phase = sync(m)
+            rec = replace(rec, numerical_force=F_N, sync_amplitude_ratio=ratio, sync_phase_deg=phase,
+                          measured_interface_displacement=m.meas.displacement, measured_interface_force=m.meas.force,
+                          measured_sync_amplitude_ratio=m_ratio, measured_sync_phase_deg=m_phase)
         rec = expand_record(rec, act, self.orders)
         if out.converged:
             self.voltages[i] = rec.voltage

@@ -15,6 +15,12 @@ Definitions (per variable v and harmonic k, complex coefficients ``X_k = a_k - i
   paper's delay is ``−phase / (360 k f)`` [s] (positive: the PS lags), as
   :func:`hbtest.frf.sync_metrics`.
 
+Two states are judged: the one reported (``sync_amplitude_ratio``, ``sync_phase_deg``) and the
+last measured one (``measured_sync_*``: the last demand as the rig measured it, before any
+pooling; what the paper's table measures). They differ where a profile reports an estimate
+next to the last measurement (the hbtest profile's pooled-fit solution, ``solution_offset``
+away), at which PS and NS agree by construction.
+
 At an exact solution both sides agree: ratio 1, phase 0. The bounds tie them to the residual:
 ``|ratio − 1| <= |PS − NS| / |NS|`` and ``|sin(phase)| <= |PS − NS| / |NS|``.
 """
@@ -53,47 +59,80 @@ def point_sync(U_P, F_P, U_N, F_N) -> tuple[np.ndarray, np.ndarray]:
     return sync_ratio_phase(ps, ns)
 
 
+def _stats(ratio: np.ndarray, phase: np.ndarray, f: np.ndarray) -> dict:
+    """Largest and median ``|ratio − 1|`` and ``|phase|`` [deg] over points with both finite,
+    their count and the frequency of the worst ratio (NaN when there is none)."""
+    dr, dp = np.abs(ratio - 1.0), np.abs(phase)
+    fin = np.isfinite(dr) & np.isfinite(dp)
+    n = int(fin.sum())
+    if not n:
+        return dict(points=0, max_ratio_error=np.nan, median_ratio_error=np.nan, max_phase_deg=np.nan,
+                    median_phase_deg=np.nan, worst_frequency_hz=np.nan)
+    return dict(points=n, max_ratio_error=float(dr[fin].max()), median_ratio_error=float(np.median(dr[fin])),
+                max_phase_deg=float(dp[fin].max()), median_phase_deg=float(np.median(dp[fin])),
+                worst_frequency_hz=float(f[fin][int(np.argmax(dr[fin]))]))
+
+
+def _median_max(x: np.ndarray) -> tuple[float, float]:
+    x = x[np.isfinite(x)]
+    return (float(np.median(x)), float(x.max())) if x.size else (np.nan, np.nan)
+
+
 def sync_summary(ds) -> dict:
     """Summary over the converged points of a run dataset holding ``sync_amplitude_ratio`` and
     ``sync_phase_deg``: per variable and harmonic, the number of points, the largest
-    ``|ratio − 1|`` and ``|phase|`` [deg], their medians, and the frequency of the worst
-    ratio. Returns ``{"variables": [...], "harmonics": [...], "rows": [dict, ...],
+    ``|ratio − 1|`` and ``|phase|`` [deg], their medians and the frequency of the worst ratio,
+    of the reported state (keys as named) and of the last measured state (the same keys with
+    ``measured_``; NaN in a store written before ``measured_sync_amplitude_ratio``). The
+    reported state may be an estimate next to the last measured one (the hbtest profile's
+    pooled-fit solution, where PS and NS agree by construction); ``solution_offset`` [m] gives
+    the median and largest distance between them. Returns ``{"variables": [...],
+    "harmonics": [...], "converged_points": n, "rows": [dict, ...], "solution_offset": [median, max],
     "ratio_tolerance": ..., "phase_tolerance_deg": ...}``."""
     from .errors import UserError
 
     if "sync_amplitude_ratio" not in ds:
         raise UserError("this store has no sync metrics (written by an hbtest before the sync_amplitude_ratio variable)")
     ok = np.asarray(ds["done"].values, dtype=bool) & np.asarray(ds["converged"].values, dtype=bool)
-    f = np.asarray(ds["frequency"].values, dtype=float)
-    r = np.asarray(ds["sync_amplitude_ratio"].values, dtype=float)
-    p = np.asarray(ds["sync_phase_deg"].values, dtype=float)
+    f = np.asarray(ds["frequency"].values, dtype=float)[ok]
+
+    def values(name):
+        if name not in ds:  # a store written before the measured_* variables
+            return np.full((int(ok.sum()), len(VARIABLES), ds.sizes["harmonic"]), np.nan)
+        return np.asarray(ds[name].values, dtype=float)[ok]
+
+    r, p = values("sync_amplitude_ratio"), values("sync_phase_deg")
+    mr, mp = values("measured_sync_amplitude_ratio"), values("measured_sync_phase_deg")
     names = [str(v) for v in ds["variable"].values]
     orders = [int(k) for k in ds["harmonic"].values]
     rows = []
     for iv, v in enumerate(names):
         for ik, k in enumerate(orders):
-            dr = np.abs(r[ok, iv, ik] - 1.0)
-            dp = np.abs(p[ok, iv, ik])
-            fin = np.isfinite(dr) & np.isfinite(dp)
-            n = int(fin.sum())
-            row = dict(variable=v, harmonic=k, points=n, max_ratio_error=np.nan, median_ratio_error=np.nan,
-                       max_phase_deg=np.nan, median_phase_deg=np.nan, worst_frequency_hz=np.nan)
-            if n:
-                j = int(np.argmax(dr[fin]))
-                row.update(max_ratio_error=float(dr[fin].max()), median_ratio_error=float(np.median(dr[fin])),
-                           max_phase_deg=float(dp[fin].max()), median_phase_deg=float(np.median(dp[fin])),
-                           worst_frequency_hz=float(f[ok][fin][j]))
+            row = dict(variable=v, harmonic=k, **_stats(r[:, iv, ik], p[:, iv, ik], f))
+            row.update({f"measured_{key}": x for key, x in _stats(mr[:, iv, ik], mp[:, iv, ik], f).items()})
             rows.append(row)
+    offset = np.asarray(ds["solution_offset"].values, dtype=float)[ok] if "solution_offset" in ds else np.array([])
     return {"variables": names, "harmonics": orders, "converged_points": int(ok.sum()), "rows": rows,
+            "solution_offset": list(_median_max(offset)),
             "ratio_tolerance": SYNC_RATIO_TOLERANCE, "phase_tolerance_deg": SYNC_PHASE_TOLERANCE_DEG}
 
 
 def format_sync_summary(summary: dict) -> str:
-    """A fixed-width text table of :func:`sync_summary`."""
+    """A fixed-width text table of :func:`sync_summary`: per variable and harmonic, the last
+    measured state's metrics (largest, median, worst frequency) beside the reported state's
+    largest, and a line with the ``solution_offset`` between them."""
+    med, top = summary.get("solution_offset", [np.nan, np.nan])
     lines = [f"sync metrics over {summary['converged_points']} converged points (PS vs NS; paper: within "
-             f"{100 * summary['ratio_tolerance']:g} % and {summary['phase_tolerance_deg']:g} deg)",
-             f"{'var':>5} {'k':>2} {'points':>6} {'max|r-1| [%]':>13} {'med|r-1| [%]':>13} {'max|phase| [deg]':>17} {'med|phase| [deg]':>17} {'worst f [Hz]':>12}"]
+             f"{100 * summary['ratio_tolerance']:g} % and {summary['phase_tolerance_deg']:g} deg): the last measured "
+             "state, and the reported one",
+             f"reported state from the last measured one (solution_offset): median {med:.3g} m, max {top:.3g} m",
+             f"{'':15}{' last measured state ':-^77} {' reported state ':-^32}",
+             f"{'var':>5} {'k':>2} {'points':>6} {'max|r-1| [%]':>13} {'med|r-1| [%]':>13} {'max|phase| [deg]':>17} "
+             f"{'med|phase| [deg]':>17} {'worst f [Hz]':>12} {'max|r-1| [%]':>13} {'max|phase| [deg]':>17}"]
     for r in summary["rows"]:
-        lines.append(f"{r['variable']:>5} {r['harmonic']:>2d} {r['points']:>6d} {100 * r['max_ratio_error']:>13.4f} {100 * r['median_ratio_error']:>13.4f} "
-                     f"{r['max_phase_deg']:>17.4f} {r['median_phase_deg']:>17.4f} {r['worst_frequency_hz']:>12.4f}")
+        lines.append(f"{r['variable']:>5} {r['harmonic']:>2d} {r['points']:>6d} "
+                     f"{100 * r['measured_max_ratio_error']:>13.4f} "
+                     f"{100 * r['measured_median_ratio_error']:>13.4f} {r['measured_max_phase_deg']:>17.4f} "
+                     f"{r['measured_median_phase_deg']:>17.4f} {r['measured_worst_frequency_hz']:>12.4f} "
+                     f"{100 * r['max_ratio_error']:>13.4f} {r['max_phase_deg']:>17.4f}")
     return "\n".join(lines)

@@ -58,7 +58,8 @@ def format_report(rep: dict) -> str:
     if rep["sync"] is not None:
         nan = float("nan")
         rows = [{k: (nan if v is None else v) for k, v in r.items()} for r in rep["sync"]["rows"]]
-        lines.append(format_sync_summary({**rep["sync"], "rows": rows}))
+        offset = [nan if v is None else v for v in rep["sync"].get("solution_offset", [None, None])]
+        lines.append(format_sync_summary({**rep["sync"], "rows": rows, "solution_offset": offset}))
     else:
         lines.append("no sync metrics in this store")
     bb = rep.get("backbone")

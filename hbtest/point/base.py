@@ -38,7 +38,8 @@ class PointResult:
     A profile that reports the point at an estimate the rig did not hold (the hbtest
     profile's pooled-fit solution) also gives ``applied``, the last evaluation the rig held,
     ``solution_offset`` |U* - U_P(applied)| and the stated standard uncertainties [m, weighted
-    norm] (:class:`hbtest.point.loop.PointOutcome` documents each)."""
+    norm] (:class:`hbtest.point.loop.PointOutcome` documents each), and ``measured``, the last
+    raw evaluation (before pooling) when ``final`` is not it."""
 
     final: Any
     converged: bool
@@ -50,6 +51,7 @@ class PointResult:
     uncertainty: float = float("nan")
     noise_uncertainty: float = float("nan")
     uncertainty_with_jacobian: float = float("nan")
+    measured: Any = None
 
 
 @dataclass

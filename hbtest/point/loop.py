@@ -180,6 +180,15 @@ class PointOutcome:
     #: solved for, from the final raw record (:func:`hbtest.sensors.excluded_energy_fraction`);
     #: None when the rig gave no samples (device averaging) or the point has no evaluation
     excluded_energy_fraction: np.ndarray | None = None
+    #: the last evaluation as the rig measured it at the last demand (before any pooling), when
+    #: ``final`` is not it; None: ``final`` is the last measurement (see :attr:`last_measured`)
+    measured: Evaluation | None = None
+
+    @property
+    def last_measured(self) -> Evaluation | None:
+        """The last measured state of the point: the synchronisation the paper's table
+        measures (``measured``, else ``final``)."""
+        return self.final if self.measured is None else self.measured
 
     def breakdown(self) -> dict[str, float]:
         """Where the rig time of the point went, in forcing periods. Two views of the same
@@ -711,7 +720,7 @@ class PointLoop:
                                                 reject_mains=self.rule.reject_mains)
         return PointOutcome(frequency_hz, res.final, res.converged, res.iterations, rig_periods, history, res.message,
                             res.reason, res.applied, res.solution_offset, res.uncertainty, res.noise_uncertainty,
-                            res.uncertainty_with_jacobian, excluded)
+                            res.uncertainty_with_jacobian, excluded, measured=res.measured)
 
     def result(self, e: Evaluation, converged: bool, iterations: int, reason: str, message: str | None = None,
                **estimate) -> PointResult:

@@ -636,11 +636,11 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
         if note is not None:
             message = f"{message} ({note})"
         if final is None:
-            return PointResult(reported, converged, stop.iterations, reason, message)
+            return PointResult(reported, converged, stop.iterations, reason, message, measured=w.raw)
         sol = stop.judgement.sol
         assert sol is not None  # a reported estimate is the pooled-fit solution
         with_G = self.displacement_uncertainty(loop, num, carry.jacobian, final.meas, self.output_correlation(loop, num, w.e.meas),
                                                G_post)
         return PointResult(final, converged, stop.iterations, reason, message, applied=w.e,
                            solution_offset=float(sol.correction), uncertainty=float(sol.sigma), noise_uncertainty=float(sol.sigma_here),
-                           uncertainty_with_jacobian=with_G)
+                           uncertainty_with_jacobian=with_G, measured=w.raw)

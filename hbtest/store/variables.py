@@ -174,6 +174,19 @@ VARIABLES: tuple[Var, ...] = (
     Var("sync_phase_deg", ('variable', 'harmonic'), 'f', 'deg',
         'sync metric arg(PS/NS) per interface variable and harmonic, positive: PS leads (hbtest.sync)',
         when='sync'),
+    Var("measured_interface_displacement", ('dof', 'harmonic'), 'c', 'm | rad',
+        'interface displacement of the last measured state (the last demand as measured, before any pooling; '
+        'interface_displacement may be an estimate next to it: solution_offset)',
+        when='sync', optional=True),
+    Var("measured_interface_force", ('dof', 'harmonic'), 'c', 'N | N m',
+        'interface force of the last measured state (as measured_interface_displacement)',
+        when='sync', optional=True),
+    Var("measured_sync_amplitude_ratio", ('variable', 'harmonic'), 'f', '1',
+        'sync metric |PS|/|NS| of the last measured state per interface variable and harmonic (hbtest.sync)',
+        when='sync', optional=True),
+    Var("measured_sync_phase_deg", ('variable', 'harmonic'), 'f', 'deg',
+        'sync metric arg(PS/NS) of the last measured state, positive: PS leads (hbtest.sync)',
+        when='sync', optional=True),
     Var("harmonic_active", ('harmonic',), 'b', '1',
         'the harmonic was balanced at this point (sweep.harmonics = "auto"; inactive orders are NaN)',
         when='harmonic_active', if_none='all'),
@@ -250,7 +263,8 @@ def _names(**match) -> tuple[str, ...]:
 RECORD_VARIABLES = _names(source="record")
 #: the raw-record variables (present together or not at all; :meth:`RunStore.create` ``raw_records``)
 RAW_VARIABLES = _names(when="raw_records")
-#: the sync variables (present together or not at all; :meth:`RunStore.create` ``sync``)
+#: the sync variables (allocated together by :meth:`RunStore.create` ``sync``; stores written before the
+#: ``measured_*`` ones lack those)
 SYNC_VARIABLES = _names(when="sync")
 #: the per-evaluation channel-coefficient variables (present together or not at all)
 EVALUATION_VARIABLES = _names(when="channels")
@@ -293,6 +307,10 @@ class PointRecord:
     sync_amplitude_ratio: np.ndarray | None = None
     sync_phase_deg: np.ndarray | None = None
     harmonic_active: np.ndarray | None = None
+    measured_interface_displacement: np.ndarray | None = None
+    measured_interface_force: np.ndarray | None = None
+    measured_sync_amplitude_ratio: np.ndarray | None = None
+    measured_sync_phase_deg: np.ndarray | None = None
     history_channel_coefficients: np.ndarray | None = None
     history_channel_variance: np.ndarray | None = None
     frequency_requested: float | None = None

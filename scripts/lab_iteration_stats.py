@@ -1,0 +1,162 @@
+"""How the authors' lab iteration went, point by point, and write the table the twin is held to.
+
+Usage: ``python scripts/lab_iteration_stats.py [--lab DIR] [--out tests/data/lab_iteration_stats.json]``
+(``DIR`` as in ``scripts/fit_lab_noise.py``: ``$HBTEST_LAB_DIR`` or ``../shared/lab``; it holds
+``lab_records.npz``, decoded from the MIT-licensed release of A. Vizzaccaro et al.,
+github.com/av3116/Iterative-method-for-Real-Time-Hybrid-testing; licence in
+``tests/data/LICENSE-av3116-Iterative-method-for-RTHT.txt``). A few seconds.
+
+From each complete point's record (``record_xsol``, ``record_residual``: demand [V] and residual
+[N] of every evaluation, column 0 the start; ``tol`` [N]):
+
+- the evaluations per point over all complete points (the acceptance's figure, steps + 1);
+- :func:`hbtest.rig.virtual.iteration_stats.step_statistics` over the points after the first of
+  each file (a file's first point starts from zero volts, as the twin's first point does, and is
+  left out on both sides);
+- :func:`~hbtest.rig.virtual.iteration_stats.affine_misfit` over the points with enough
+  evaluations, per residual component ``[f1 sin, f1 cos, f2 sin, f2 cos]`` and over the
+  tolerance, the lag-1 correlation of its residuals (a slow drift correlates consecutive
+  evaluations; white scatter does not), their correlation with the distance from the point's
+  last demand (a nonlinearity grows with it) and their kurtosis;
+- the spread of the demands about the point's last one [V rms per coefficient], for the
+  twin's own affine-misfit design (``benchmarks/twin_vs_lab.py``);
+- the condition number of the Jacobian the lab iterated with, ``inv(invJ)`` at the point's end;
+- a replay check: the lab's stored steps are ``-invJ R`` (limited to the point's first step)
+  with Broyden's second update from the previous point's ``invJ``, exactly (share of steps
+  reproduced to 1e-6), until a finite-difference re-measurement replaces it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from fit_lab_noise import default_lab_dir  # noqa: E402
+
+from hbtest.rig.virtual.iteration_stats import (  # noqa: E402
+    MIN_AFFINE_EVALUATIONS,
+    affine_misfit,
+    affine_misfit_components,
+    step_statistics,
+)
+from hbtest.solver import bad_broyden_inverse_update  # noqa: E402
+
+#: evaluation-count bins of the misfit's breakdown (it grows with the count: the points that took
+#: longest scattered most)
+BINS = ((14, 20), (20, 30), (30, 50), (50, 1000))
+
+
+def records(d):
+    """``[(p, X (n, 4), R (n, 4), tol)]`` of the complete points, ``n`` = evaluations."""
+    out = []
+    for p in range(d["frequency"].size):
+        if not d["complete"][p]:
+            continue
+        n = int(d["err_len"][p])
+        out.append((p, d["record_xsol"][p, :, :n].T, d["record_residual"][p, :, :n].T, float(d["tol"][p])))
+    return out
+
+
+def later_points(d, recs):
+    """The records of points after the first of their file (the previous point also complete)."""
+    f = d["file"]
+    return [r for r in recs if r[0] > 0 and f[r[0]] == f[r[0] - 1] and d["complete"][r[0] - 1]]
+
+
+def misfit_structure(recs) -> dict:
+    """Affine misfit [N] per point (enough evaluations), per residual component and over the
+    tolerance, with its residuals' lag-1 correlation, their correlation with the distance from
+    the last demand and their kurtosis (3: Gaussian); demand spread [V]."""
+    mis, comps, over, lag, dist, kurt, spread, count = [], [], [], [], [], [], [], []
+    for _, X, R, tol in recs:
+        m = affine_misfit(X, R)
+        if not np.isfinite(m):
+            continue
+        A = np.c_[X, np.ones(len(X))]
+        res = R - A @ np.linalg.lstsq(A, R, rcond=None)[0]
+        mis.append(m)
+        count.append(len(X))
+        comps.append(affine_misfit_components(X, R))
+        over.append(m / tol)
+        kurt.append(float(np.mean(res**4) / np.mean(res**2) ** 2))
+        lag.append(float(np.sum(res[1:] * res[:-1]) / np.sum(res * res)))
+        dist.append(float(np.corrcoef(np.linalg.norm(X - X[-1], axis=1), np.linalg.norm(res, axis=1))[0, 1]))
+        spread.append(float(np.sqrt(np.mean((X - X[-1]) ** 2))))
+
+    def q(x):
+        return [float(v) for v in np.percentile(x, [50, 10, 90])]
+
+    return {"points": len(mis), "misfit_n_median_p10_p90": q(mis),
+            "misfit_components_n_median": [float(v) for v in np.median(comps, axis=0)],
+            "misfit_over_tolerance_median_p10_p90": q(over), "kurtosis_median": float(np.median(kurt)),
+            "lag1_correlation_median_p10_p90": q(lag), "distance_correlation_median_p10_p90": q(dist),
+            "demand_spread_v_median": float(np.median(spread)),
+            "misfit_n_median_by_evaluations": {f"{lo}-{hi - 1}": float(np.median(np.asarray(mis)[sel]))
+                                               for lo, hi in BINS
+                                               if (sel := (np.asarray(count) >= lo) & (np.asarray(count) < hi)).any()}}
+
+
+def replay_share(d, recs) -> float:
+    """Share of the later points' steps the replay of their rule reproduces to 1e-6 (up to the
+    first step it does not: a finite-difference re-measurement, not recorded)."""
+    ok = total = 0
+    for p, X, R, _ in later_points(d, recs):
+        H = d["invJ"][p - 1].copy()
+        dX0 = -H @ R[0]
+        for k in range(len(X) - 1):
+            step = -H @ R[k]
+            rate = np.linalg.norm(step) / np.linalg.norm(dX0)
+            step = step / rate if rate > 1 else step
+            total += 1
+            if np.linalg.norm(X[k + 1] - X[k] - step) > 1e-6 * np.linalg.norm(X[k + 1] - X[k]):
+                total += len(X) - 2 - k  # the rest of the point is not replayed
+                break
+            ok += 1
+            H = bad_broyden_inverse_update(H, X[k + 1] - X[k], R[k + 1] - R[k])
+    return ok / total
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lab", default=os.environ.get("HBTEST_LAB_DIR") or default_lab_dir())
+    ap.add_argument("--out", default=str(ROOT / "tests" / "data" / "lab_iteration_stats.json"))
+    a = ap.parse_args(argv)
+    src = Path(a.lab) / "lab_records.npz"
+    if not src.is_file():
+        print(f"lab_iteration_stats: {src} not found (set --lab or HBTEST_LAB_DIR)", file=sys.stderr)
+        return 2
+    d = np.load(src)
+    recs = records(d)
+    later = later_points(d, recs)
+    cond = [float(np.linalg.cond(d["invJ"][p])) for p, *_ in recs]
+    doc = {
+        "provenance": {
+            "source": "lab_records.npz (decoded from github.com/av3116/Iterative-method-for-Real-Time-Hybrid-testing, "
+            "PaperFiguresAndResults/*.mat; MIT licence, Copyright (c) 2023 Alessandra Vizzaccaro: "
+            "tests/data/LICENSE-av3116-Iterative-method-for-RTHT.txt)",
+            "script": "scripts/lab_iteration_stats.py",
+            "units": "residual N, demand V; ratios 1",
+        },
+        "evaluations_median_all_points": float(np.median([len(X) for _, X, _, _ in recs])),
+        "complete_points": len(recs),
+        "later_points": step_statistics([(X, R, tol) for _, X, R, tol in later]),
+        "affine": {**misfit_structure(recs), "min_evaluations": MIN_AFFINE_EVALUATIONS},
+        "iterated_jacobian_condition_median": float(np.median(cond)),
+        "replayed_step_share": replay_share(d, recs),
+    }
+    Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps(doc, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
