@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -103,11 +104,26 @@ class RingPlant(Plant):
         super().__init__(twin, clock)
         self.listeners: list = []
         self.n = 0  # twin samples simulated so far
+        self._held = False
         twin.set_demand(1.0, np.zeros((2, 1)), [1], ramp_periods=0.0)
         self._wall0, self._sim0 = clock(), twin.elapsed_s
 
+    @contextmanager
+    def held(self):
+        """The twin stands still inside (the wall clock is caught up after): changes made
+        inside happen at one twin sample, :attr:`n`."""
+        with self.lock:
+            self.advance()
+            self._held = True
+            try:
+                yield self.n
+            finally:
+                self._held = False
+
     def advance(self) -> None:
         with self.lock:
+            if self._held:
+                return
             due = int(math.floor((self._clock() - self._wall0) * self.fs)) - self.n
             while due > 0:
                 m = min(due, BUFFER)
@@ -210,22 +226,21 @@ class RedPitaya:
 
     def _restart(self, channels) -> None:
         """Channels restart at sample 0 now; the generator-start trigger goes out."""
-        ph = self.plant.phase_now()
-        for n in channels:
-            self.gen[n].restart_phase = ph
-            self._update(n)
-        self.trigger_event("AWG_PE")
-        if self.daisy_out and self.daisy_source == "DAC":
-            for other in self.chain:
-                other.trigger_event("EXT_PE")
+        with self.plant.held() as k:
+            ph = self.plant.phase_now()
+            for n in channels:
+                self.gen[n].restart_phase = ph
+                self._update(n)
+            self.trigger_event("AWG_PE", k)
+            if self.daisy_out and self.daisy_source == "DAC":
+                for other in self.chain:
+                    other.trigger_event("EXT_PE", k)
 
-    def trigger_event(self, source: str) -> None:
-        """A trigger on ``source`` happened now: an acquisition armed on it triggers."""
-        with self.lock, self.plant.lock:
-            self.plant.advance()
-            a = self.acq
-            if a.started is not None and a.trigger is None and a.source == source:
-                a.trigger = self.plant.n
+    def trigger_event(self, source: str, k: int) -> None:
+        """A trigger on ``source`` at twin sample ``k``: an acquisition armed on it triggers."""
+        a = self.acq
+        if a.started is not None and a.trigger is None and a.source == source:
+            a.trigger = k
 
     # -- commands ------------------------------------------------------------------------------
     def execute(self, cmd: Command) -> bytes | None:
