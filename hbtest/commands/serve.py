@@ -82,12 +82,9 @@ def run(args) -> int:
     # handlers first: a signal right after the "listening" line must already stop cleanly
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        if args.protocol == "helic":
-            return _serve_helic(args, cfg, stop)
-        if args.protocol == "scpi":
-            return _serve_scpi(args, cfg, stop)
-        if args.protocol == "redpitaya":
-            return _serve_redpitaya(args, stop)
+        peer = {"helic": _serve_helic, "scpi": _serve_scpi, "redpitaya": _serve_redpitaya}.get(args.protocol)
+        if peer is not None:
+            return peer(args, cfg, stop)
         server = BoxServer(cfg, host=args.host, port=args.port, seed=args.seed, watchdog_s=watchdog, idle_s=idle, on_event=say)
         try:
             host, port = server.start()
@@ -153,13 +150,13 @@ def _serve_scpi(args, cfg, stop) -> int:
     return 0
 
 
-def _serve_redpitaya(args, stop) -> int:
+def _serve_redpitaya(args, cfg, stop) -> int:
     from ..config import load_rig
     from ..errors import UserError
     from ..rig.scpi.sim.redpitaya import BASE_HZ, open_boards
 
     rate = BASE_HZ / 16384  # the boards' decimation in instruments/redpitaya-loopback.toml
-    cfg = load_rig(args.rig, [*args.overrides, f"rig.sample_rate_hz={rate!r}"])
+    cfg = load_rig(args.rig, [*args.overrides, f"rig.sample_rate_hz={rate!r}"])  # the twin at the boards' rate
     ports = (args.port, args.port + 1 if args.port else 0)
     try:
         boards = open_boards(cfg, args.seed, host=args.host, ports=ports)

@@ -1,0 +1,228 @@
+"""Red Pitaya STEMlab 125-14 (rig kind ``redpitaya``): the driver's exact command transcripts
+against the scripted fake over a real socket; the simulated board's documented behaviours
+(hbtest/rig/scpi/sim/redpitaya.py, numbered there) over real sockets; ``hbtest rig check``,
+the limit and the outputs-off on close through the rig; a 2-point sweep through
+``hbtest serve --protocol redpitaya`` against the exact structure (slow: the boards run in
+real time)."""
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from served import QUIET, frf_error, served_sweep
+
+from hbtest.cli import main
+from hbtest.config import load_rig
+from hbtest.errors import InstrumentError, LimitExceeded
+from hbtest.rig import open_rig
+from hbtest.rig.scpi.link import ScpiLink, open_resource
+from hbtest.rig.scpi.redpitaya import RedPitaya
+from hbtest.rig.scpi.sim.redpitaya import BASE_HZ, BUFFER, open_boards
+from hbtest.testing import ScriptedInstrument
+
+ROOT = Path(__file__).resolve().parents[1]
+LOOPBACK = ROOT / "instruments" / "redpitaya-loopback.toml"
+RATE = BASE_HZ / 16384
+
+
+def board(fake, timeout_ms=500):
+    return on(fake.resource_name, timeout_ms)
+
+
+def on(resource: str, timeout_ms=500) -> RedPitaya:
+    name = "Red Pitaya (test)"
+    return RedPitaya(ScpiLink(open_resource(resource, name, timeout_ms=timeout_ms), name))
+
+
+# -- driver transcripts (replies end in \r\n as the board's do) ---------------------------------
+def test_reset_switches_the_outputs_off_before_anything_else():
+    script = ["OUTPUT1:STATE OFF", "OUTPUT2:STATE OFF", "GEN:RST", "ACQ:RST", "*CLS"]
+    with ScriptedInstrument(script, "RedPitaya") as fake:
+        board(fake).reset()
+
+
+def test_levels_change_in_the_order_that_stays_within_the_larger_bound():
+    script = ["SOUR1:VOLT:OFFS 0.200000", "SOUR1:VOLT 0.500000",  # offset first: 0 + 0.5 > 0.2 + 0
+              "SOUR1:VOLT 0.100000", "SOUR1:VOLT:OFFS 0.000000"]  # amplitude first: 0.2 + 0.1 <= 0 + 0.5
+    with ScriptedInstrument(script, "RedPitaya") as fake:
+        rp = board(fake)
+        rp.set_level(1, 0.5, 0.2)
+        rp.set_level(1, 0.1, 0.0)
+
+
+def test_acquisition_setup_arming_and_a_binary_read():
+    block = b"#14" + np.array([1, -2], "<i2").tobytes() + b"\r\n"
+    script = ["ACQ:DEC 16384", "ACQ:AVG OFF", "ACQ:DATA:FORMAT BIN", "ACQ:DATA:UNITS RAW", "ACQ:DATA:BYTE:ORDER LEND",
+              "ACQ:SOUR1:GAIN HV", "ACQ:SOUR2:GAIN LV", "ACQ:TRig:DLY 2000000000", "ACQ:START", "ACQ:TRig AWG_PE",
+              ("ACQ:TRig:STAT?", "WAIT\r"), ("ACQ:TRig:STAT?", "TD\r"), ("ACQ:TPOS?", "123\r"),
+              ("ACQ:SOUR1:DATA:STA:N? 16383,2", block)]
+    with ScriptedInstrument(script, "RedPitaya") as fake:
+        rp = board(fake)
+        rp.setup_acquisition(16384, {2: "LV", 1: "HV"}, 2_000_000_000)
+        rp.arm("AWG_PE")
+        assert not rp.triggered() and rp.triggered()
+        assert rp.position("TPOS") == 123
+        np.testing.assert_array_equal(rp.read_codes(1, 16383, 2), [1, -2])
+
+
+def test_a_malformed_trigger_state_is_one_error_naming_the_board():
+    with ScriptedInstrument([("ACQ:TRig:STAT?", "TRIGGERED\r")], "RedPitaya") as fake:
+        with pytest.raises(InstrumentError, match=r"Red Pitaya \(test\): malformed reply to 'ACQ:TRig:STAT\?'"):
+            board(fake).triggered()
+
+
+def test_waveform_samples_outside_the_unit_range_are_never_sent():
+    with ScriptedInstrument([], "RedPitaya") as fake:
+        with pytest.raises(ValueError):
+            board(fake).set_samples(1, np.array([0.0, 1.5]))
+
+
+# -- the simulated board, behaviour by behaviour (numbers of the simulator's docstring) ----------
+@pytest.fixture()
+def boards():
+    cfg = load_rig(QUIET, [f"rig.sample_rate_hz={RATE!r}"])
+    with open_boards(cfg, seed=1) as b:
+        yield b
+
+
+def links(boards):
+    return [on(s.resource, timeout_ms=2000).link for s in boards.servers]
+
+
+def test_sim_identity_errors_and_reset_state(boards):  # 1, 2
+    a, _ = links(boards)
+    assert a.query("*IDN?").startswith("REDPITAYA,")
+    a.write("SOUR1:NOPE 1")
+    assert a.query("SYST:ERR?") == '-113,"Undefined header"' and a.query("SYST:ERR?") == '0,"No error"'
+    assert (a.query("SOUR1:FUNC?"), a.query("SOUR1:VOLT?"), a.query("SOUR1:FREQ:FIX?")) == ("SINE", "0.8", "1000")
+    assert a.query("OUTPUT1:STATE?") == "OFF" and a.query("SOUR1:BURS:STAT?") == "CONTINUOUS"
+
+
+def test_sim_refuses_amplitude_plus_offset_beyond_one_volt(boards):  # 3
+    a, _ = links(boards)
+    a.write("SOUR1:VOLT 0.3")
+    a.write("SOUR1:VOLT:OFFS 0.8")
+    assert a.query("SYST:ERR?").startswith("-222,") and a.query("SOUR1:VOLT:OFFS?") == "0"
+    a.write("SOUR1:VOLT:OFFS -0.7")
+    assert a.query("SYST:ERR?") == '0,"No error"' and a.query("SOUR1:VOLT:OFFS?") == "-0.7"
+
+
+def test_sim_clips_arbitrary_samples_and_keeps_their_count(boards):  # 4
+    a, _ = links(boards)
+    a.write("SOUR2:TRAC:DATA:DATA 2,-3,0.5")
+    assert a.query("SOUR2:TRAC:DATA:DATA?") == "1.000000,-1.000000,0.500000"
+
+
+def test_sim_generator_start_triggers_its_own_and_only_a_chained_board(boards):  # 5, 7, 10
+    a, b = links(boards)
+    assert a.query("ACQ:TRig:STAT?") == "TD"  # not armed
+    for x, source in ((a, "AWG_PE"), (b, "EXT_PE")):
+        x.write("ACQ:DEC 16384")
+        x.write("ACQ:START")
+        x.write(f"ACQ:TRig {source}")
+    assert a.query("ACQ:TRig:STAT?") == "WAIT"
+    a.write("SOUR:TRig:INT")
+    assert a.query("ACQ:TRig:STAT?") == "TD" and b.query("ACQ:TRig:STAT?") == "WAIT"  # chain not enabled
+    a.write("DAISY:TRig:Out:SOUR DAC")
+    a.write("DAISY:TRig:Out:ENable ON")
+    a.write("SOUR1:TRig:INT")
+    assert a.query("*OPC?") == "1"  # board 1 has done it (another connection may be served first)
+    assert b.query("ACQ:TRig:STAT?") == "TD" and a.query("SYST:ERR?") == b.query("SYST:ERR?") == '0,"No error"'
+
+
+def test_sim_decimation_values(boards):  # 7 (and the plant's rate only)
+    a, _ = links(boards)
+    for d in ("3", "8"):
+        a.write(f"ACQ:DEC {d}")
+        assert a.query("SYST:ERR?").startswith("-222,")
+    a.write("ACQ:DEC 16384")
+    assert a.query("ACQ:DEC?") == "16384" and a.query("SYST:ERR?") == '0,"No error"'
+
+
+def test_sim_trigger_delay_counts_from_the_buffer_centre(boards):  # 7
+    a, _ = links(boards)
+    a.write("ACQ:TRig:DLY -8000")  # 192 samples from the trigger on, then writing stops
+    a.write("ACQ:START")
+    a.write("ACQ:TRig NOW")
+    assert a.query("ACQ:TRig:STAT?") == "TD"
+    time.sleep(0.1)  # 763 samples at 7.6 kS/s
+    assert a.query("ACQ:TRig:FILL?") == "1"
+    t, w = int(a.query("ACQ:TPOS?")), int(a.query("ACQ:WPOS?"))
+    assert (w - t) % BUFFER == 191
+
+
+def test_sim_data_units_formats_and_gain_setting(boards):  # 8, 9
+    a, _ = links(boards)
+    for c in ("ACQ:DEC 16384", "ACQ:START", "ACQ:TRig NOW", "ACQ:DATA:UNITS RAW"):
+        a.write(c)
+    raw = a.query("ACQ:SOUR1:DATA:STA:N? 0,4")
+    assert raw.startswith("{") and raw.endswith("}")
+    codes = np.array([int(x) for x in raw[1:-1].split(",")])
+    a.write("ACQ:DATA:UNITS VOLTS")
+    a.write("ACQ:SOUR1:GAIN HV")  # as the jumper: 20 V full scale
+    hv = np.array([float(x) for x in a.query("ACQ:SOUR1:DATA:STA:N? 0,4")[1:-1].split(",")])
+    np.testing.assert_allclose(hv, codes / 8192 * 20, atol=5e-7)
+    a.write("ACQ:SOUR1:GAIN LV")  # not the jumper: volts scaled as if 1 V full scale, as on the board
+    lv = np.array([float(x) for x in a.query("ACQ:SOUR1:DATA:STA:N? 0,4")[1:-1].split(",")])
+    np.testing.assert_allclose(lv, codes / 8192, atol=5e-7)
+    a.write("ACQ:DATA:FORMAT BIN")
+    a.write("ACQ:DATA:UNITS RAW")
+    a.write("ACQ:DATA:BYTE:ORDER LEND")
+    np.testing.assert_array_equal(a.query_block("ACQ:SOUR1:DATA:STA:N? 0,4", "h"), codes)
+    assert a.query_block("ACQ:SOUR2:DATA?", "h").size == BUFFER
+
+
+def test_sim_outputs_state_per_channel_and_both(boards):  # 6
+    a, _ = links(boards)
+    a.write("OUTPUT2:STATE ON")
+    assert (a.query("OUTPUT1:STATE?"), a.query("OUTPUT2:STATE?")) == ("OFF", "ON")
+    a.write("OUTPUT:STATE OFF")
+    assert (a.query("OUTPUT1:STATE?"), a.query("OUTPUT2:STATE?")) == ("OFF", "OFF")
+
+
+# -- the rig ---------------------------------------------------------------------------------------
+def rig_file(boards, tmp_path: Path) -> Path:
+    text = LOOPBACK.read_text()
+    for default, server in zip((5000, 5001), boards.servers):
+        text = text.replace(f"::{default}::", f"::{server.port}::")
+    path = tmp_path / "redpitaya.toml"
+    path.write_text(text)
+    return path
+
+
+def test_rig_check_reads_every_channel(boards, tmp_path, capsys):
+    assert main(["rig", "check", str(rig_file(boards, tmp_path))]) == 0
+    out = capsys.readouterr().out
+    assert "(kind redpitaya)" in out and all(f"\n{c:>8} " in out for c in ("l1", "l2", "g1", "g2"))
+
+
+def test_rig_refuses_a_demand_beyond_the_limit_before_sending_and_switches_off_on_close(boards, tmp_path):
+    cfg = load_rig(rig_file(boards, tmp_path))
+    first = boards.boards[0]
+    with open_rig(cfg) as rig:
+        rig.set_demand(17.0, np.array([[0.5], [0.2]]), [1], ramp_periods=0.0)
+        assert first.gen[1].output and first.gen[2].output
+        sent = len(first.commands)
+        with pytest.raises(LimitExceeded, match="'vertical'"):
+            rig.set_demand(17.0, np.array([[5.2], [0.2]]), [1])
+        assert len(first.commands) == sent
+        acq = rig.acquire(2)
+        assert set(acq.data) == {"l1", "l2", "g1", "g2"} and acq.t.size == int(np.ceil(2 * RATE / 17.0)) + 1
+        assert np.allclose(np.diff(acq.t), 1 / RATE)
+    deadline = time.monotonic() + 3.0  # the last writes are on their way when close() returns
+    while (first.gen[1].output or first.gen[2].output) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not first.gen[1].output and not first.gen[2].output
+    assert max(abs(first.gen[c].amplitude_v) + abs(first.gen[c].offset_v) for c in (1, 2)) == 0.0
+
+
+@pytest.mark.slow  # ~60 s of real-time boards for 2 points
+def test_two_points_through_two_simulated_boards_match_the_exact_structure(tmp_path):
+    sets = ["sweep.points=2", "sweep.start_hz=16.0", "sweep.stop_hz=16.5", "test.transient_tolerance_mm=0.1",
+            "test.averaging_periods=6"]
+    ds = served_sweep(tmp_path, "redpitaya", sets, QUIET)
+    assert ds.attrs["status"] == "completed" and bool(ds.converged.all())
+    assert ds.attrs["rig_identity"].startswith("redpitaya-loopback")
+    err = frf_error(ds, sets, QUIET)
+    assert err.max() < 0.01, err  # measured: 0.22-0.28 %
