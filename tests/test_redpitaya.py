@@ -18,7 +18,10 @@ from hbtest.errors import InstrumentError, LimitExceeded
 from hbtest.rig import open_rig
 from hbtest.rig.scpi.link import ScpiLink, open_resource
 from hbtest.rig.scpi.redpitaya import RedPitaya
-from hbtest.rig.scpi.sim.redpitaya import BASE_HZ, BUFFER, open_boards
+from hbtest.rig.scpi.sim.redpitaya import BASE_HZ, BUFFER, RingPlant, open_boards
+from hbtest.rig.scpi.sim.redpitaya import RedPitaya as SimBoard
+from hbtest.rig.scpi.sim.server import ScpiServer, parse_message
+from hbtest.rig.virtual import VirtualRig
 from hbtest.testing import ScriptedInstrument
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,6 +117,28 @@ def test_sim_clips_arbitrary_samples_and_keeps_their_count(boards):  # 4
     assert a.query("SOUR2:TRAC:DATA:DATA?") == "1.000000,-1.000000,0.500000"
 
 
+def test_sim_updates_in_place_and_a_new_frequency_keeps_the_read_position(boards):  # 4
+    sim = boards.boards[0]
+
+    def do(text):
+        return sim.execute(parse_message(text, None))
+
+    for c in ("SOUR1:FUNC ARBITRARY", "SOUR1:TRAC:DATA:DATA 0,1,0,-1", "SOUR1:VOLT 0.5", "SOUR1:FREQ:FIX 17",
+              "OUTPUT1:STATE ON", "SOUR:TRig:INT"):
+        do(c)
+    ch = sim.gen[1]
+    start = ch.restart_phase
+    for c in ("SOUR1:VOLT 0.25", "SOUR1:VOLT:OFFS 0.1", "SOUR1:TRAC:DATA:DATA 0,0.5,0,-0.5"):
+        do(c)
+        assert ch.restart_phase == start  # no restart
+    with boards.plant.held():  # one instant: the waveform's place before and after the new rate
+        before = ((boards.plant.phase_now() - ch.restart_phase) / (2 * np.pi)) % 1.0
+        do("SOUR1:FREQ:FIX 18")
+        after = ((boards.plant.phase_now() - ch.restart_phase) / (2 * np.pi)) % 1.0
+    assert ch.frequency_hz == 18.0 and boards.plant.frequency_hz == 18.0
+    assert abs(after - before) < 1e-12
+
+
 def test_sim_generator_start_triggers_its_own_and_only_a_chained_board(boards):  # 5, 7, 10
     a, b = links(boards)
     assert a.query("ACQ:TRig:STAT?") == "TD"  # not armed
@@ -171,6 +196,44 @@ def test_sim_data_units_formats_and_gain_setting(boards):  # 8, 9
     a.write("ACQ:DATA:BYTE:ORDER LEND")
     np.testing.assert_array_equal(a.query_block("ACQ:SOUR1:DATA:STA:N? 0,4", "h"), codes)
     assert a.query_block("ACQ:SOUR2:DATA?", "h").size == BUFFER
+
+
+def test_sim_whole_buffer_is_oldest_first(boards):  # 8
+    a, _ = links(boards)
+    for c in ("ACQ:DEC 16384", "ACQ:TRig:DLY 0", "ACQ:DATA:FORMAT BIN", "ACQ:DATA:UNITS RAW", "ACQ:DATA:BYTE:ORDER LEND",
+              "ACQ:START", "ACQ:TRig NOW"):
+        a.write(c)
+    time.sleep(1.2)  # 8192 samples after the trigger: writing has stopped
+    assert a.query("ACQ:TRig:FILL?") == "1"
+    w = int(a.query("ACQ:WPOS?"))
+    whole = a.query_block("ACQ:SOUR1:DATA?", "h")
+    part = a.query_block(f"ACQ:SOUR1:DATA:STA:N? {(w + 1) % BUFFER},{BUFFER}", "h")
+    np.testing.assert_array_equal(whole, part)
+
+
+def test_sim_codes_saturate_on_the_lv_jumper_and_the_rig_reports_over_range(tmp_path):  # 9
+    cfg = load_rig(QUIET, [f"rig.sample_rate_hz={RATE!r}"])
+    plant = RingPlant(VirtualRig(cfg, 1))
+    sims = [SimBoard(plant, (0, 1), drives=True, jumpers=("LV", "LV")), SimBoard(plant, (2, 3), drives=False)]
+    sims[0].chain.append(sims[1])
+    servers = [ScpiServer(b, "127.0.0.1", 0, f"RedPitaya{i}") for i, b in enumerate(sims)]
+    for x in servers:
+        x.start()
+    try:
+        text = LOOPBACK.read_text().replace('board = 1\nchannel = 1\njumper = "HV"', 'board = 1\nchannel = 1\njumper = "LV"')
+        for default, server in zip((5000, 5001), servers):
+            text = text.replace(f"::{default}::", f"::{server.port}::")
+        (tmp_path / "lv.toml").write_text(text)
+        with open_rig(load_rig(tmp_path / "lv.toml")) as rig:
+            rig.set_demand(18.5, np.array([[2.0], [1.0]]), [1], ramp_periods=0.0)
+            rig.wait(8)
+            acq = rig.acquire(4)
+        codes = np.rint(acq.data["l1"] * 8192).astype(int)  # LV: volts = code / 8192
+        assert codes.max() == 8191 and codes.min() == -8192
+        assert set(acq.overrange) == {"l1", "l2"}  # both jumpers of board 1 on LV (l2's setting says HV)
+    finally:
+        for x in servers:
+            x.stop()
 
 
 def test_sim_outputs_state_per_channel_and_both(boards):  # 6
