@@ -114,11 +114,11 @@ class RingPlant(Plant):
         inside happen at one twin sample, :attr:`n`."""
         with self.lock:
             self.advance()
-            self._held = True
+            before, self._held = self._held, True
             try:
                 yield self.n
             finally:
-                self._held = False
+                self._held = before
 
     def advance(self) -> None:
         with self.lock:
@@ -142,7 +142,9 @@ class GenChannel:
     offset_v: float = 0.0
     output: bool = False
     samples: np.ndarray = field(default_factory=lambda: np.zeros(BUFFER))
-    restart_phase: float = 0.0  # twin phase [rad] at which sample 0 played (continuing since)
+    anchor_k: int = 0  # twin sample at which the read position was last known ...
+    anchor_frac: float = 0.0  # ... as this fraction of the waveform (0: sample 0)
+    offset_phase: float = 0.0  # twin phase minus the waveform's phase [rad] (the plant's rotation)
 
 
 @dataclass
@@ -215,22 +217,35 @@ class RedPitaya:
             return None
         if c.function == "SINE":  # offset + amplitude sin(theta)
             coef = CABLE_GAIN * np.array([c.offset_v, -1j * c.amplitude_v])
-            return ChannelOutput(c.frequency_hz, np.array([0, 1]), coef * np.exp(-1j * np.array([0, 1]) * c.restart_phase))
+            return ChannelOutput(c.frequency_hz, np.array([0, 1]), coef * np.exp(-1j * np.array([0, 1]) * c.offset_phase))
         volts = CABLE_GAIN * (c.offset_v + c.amplitude_v * c.samples)
         orders, coef = waveform_harmonics(volts, self.plant.fs, c.frequency_hz)
-        return ChannelOutput(c.frequency_hz, orders, coef * np.exp(-1j * orders * c.restart_phase))
+        return ChannelOutput(c.frequency_hz, orders, coef * np.exp(-1j * orders * c.offset_phase))
 
-    def _update(self, n: int) -> None:
-        if self.drives:
-            self.plant.set_output(n, self._output(n))
+    def position(self, n: int, k: int) -> float:
+        """Channel ``n``'s read position at twin sample ``k``, as a fraction of its waveform:
+        the generator runs at its frequency whether its output is on or not."""
+        c = self.gen[n]
+        return (c.anchor_frac + c.frequency_hz * (k - c.anchor_k) / self.plant.fs) % 1.0
+
+    def _update(self, n: int | None = None) -> None:
+        """Both outputs to the plant at one twin sample: each rotated so that its waveform's
+        phase (its read position) maps onto the twin's phase from now on."""
+        if not self.drives:
+            return
+        with self.plant.held() as k:
+            phi = self.plant.phase_now()
+            for m in (1, 2):
+                self.gen[m].offset_phase = phi - 2 * np.pi * self.position(m, k)
+            for m in (1, 2):
+                self.plant.set_output(m, self._output(m))
 
     def _restart(self, channels) -> None:
         """Channels restart at sample 0 now; the generator-start trigger goes out."""
         with self.plant.held() as k:
-            ph = self.plant.phase_now()
             for n in channels:
-                self.gen[n].restart_phase = ph
-                self._update(n)
+                self.gen[n].anchor_k, self.gen[n].anchor_frac = k, 0.0
+            self._update()
             self.trigger_event("AWG_PE", k)
             if self.daisy_out and self.daisy_source == "DAC":
                 for other in self.chain:
@@ -349,11 +364,10 @@ class RedPitaya:
         f = _number(arg)
         if not 0 < f <= BASE_HZ / 2:
             raise SimError(-222, "Data out of range")
-        frac = ((self.plant.phase_now() - c.restart_phase) / (2 * np.pi)) % 1.0
-        c.frequency_hz = f
-        self._update(n)  # the twin's phase runs on at the new frequency: so does the read position
-        c.restart_phase = self.plant.phase_now() - 2 * np.pi * frac
-        self._update(n)
+        with self.plant.held() as k:  # the read position goes on from where it is, at the new rate
+            c.anchor_frac, c.anchor_k = self.position(n, k), k
+            c.frequency_hz = f
+            self._update(n)
         return None
 
     def _level(self, cmd, n, c, arg, offset: bool) -> str | None:
