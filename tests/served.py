@@ -37,7 +37,7 @@ PROTOCOLS = {
     "box": (INSTRUMENTS / "box-loopback.toml", ("--port",), _ONE_PORT),
     "helic": (INSTRUMENTS / "helic-loopback.toml", ("--port",), _ONE_PORT),
     "scpi": (INSTRUMENTS / "scpi-loopback.toml", ("--port", "--scope-port"), _SCPI),
-    "redpitaya": (INSTRUMENTS / "redpitaya-loopback.toml", ("--port",), _REDPITAYA),  # board 2 on PORT+1
+    "redpitaya": (INSTRUMENTS / "redpitaya-loopback.toml", ("--port", "--scope-port"), _REDPITAYA),  # board 2: --scope-port
 }
 RESUMED = ("interface_displacement", "interface_force", "voltage", "residual_norm")
 

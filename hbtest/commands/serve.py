@@ -15,7 +15,7 @@ free port too): hbtest.rig.scpi.sim, written from the instruments' manuals. Its 
 
 ``--protocol redpitaya`` serves the twin behind two simulated Red Pitaya STEMlab 125-14 boards
 (hbtest.rig.scpi.sim.redpitaya, written from the Red Pitaya SCPI documentation) on PORT
-(default 5000) and PORT+1 (a free port when PORT is 0), the twin sampled at 125 MHz / 16384
+(default 5000) and ``--scope-port`` (default PORT+1; a free port when PORT is 0), the twin sampled at 125 MHz / 16384
 (``rig.sample_rate_hz`` set so). Its first line is ``board 1 listening on HOST:P, board 2
 listening on HOST:Q``."""
 
@@ -40,7 +40,7 @@ def register(sub) -> None:
     p.add_argument("--port", type=int, default=None,
                    help="TCP port (default 5025, helic 2350; 0 = a free port, printed on the first line)")
     p.add_argument("--scope-port", type=int, default=None,
-                   help="scpi: the scope's TCP port (default: PORT+1, or a free port when PORT is 0)")
+                   help="scpi: the scope's TCP port; redpitaya: board 2's (default: PORT+1, or a free port when PORT is 0)")
     p.add_argument("--seed", type=int, default=None, help="seed of the twin (default: the rig file's)")
     p.add_argument("--watchdog", type=float, default=None, metavar="S",
                    help="default watchdog time [s] (a host sets its own with OUTP:PROT:WDOG)")
@@ -157,7 +157,7 @@ def _serve_redpitaya(args, cfg, stop) -> int:
 
     rate = BASE_HZ / 16384  # the boards' decimation in instruments/redpitaya-loopback.toml
     cfg = load_rig(args.rig, [*args.overrides, f"rig.sample_rate_hz={rate!r}"])  # the twin at the boards' rate
-    ports = (args.port, args.port + 1 if args.port else 0)
+    ports = (args.port, args.scope_port if args.scope_port is not None else (args.port + 1 if args.port else 0))
     try:
         boards = open_boards(cfg, args.seed, host=args.host, ports=ports)
     except OSError as e:
