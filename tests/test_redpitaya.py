@@ -101,6 +101,12 @@ def test_sim_identity_errors_and_reset_state(boards):  # 1, 2
     assert a.query("SYST:ERR?") == '-113,"Undefined header"' and a.query("SYST:ERR?") == '0,"No error"'
     assert (a.query("SOUR1:FUNC?"), a.query("SOUR1:VOLT?"), a.query("SOUR1:FREQ:FIX?")) == ("SINE", "0.8", "1000")
     assert a.query("OUTPUT1:STATE?") == "OFF" and a.query("SOUR1:BURS:STAT?") == "CONTINUOUS"
+    for c in ("SOUR1:VOLT 0.2", "SOUR1:FUNC ARBITRARY", "OUTPUT1:STATE ON", "GEN:RST"):
+        a.write(c)
+    assert (a.query("SOUR1:FUNC?"), a.query("SOUR1:VOLT?"), a.query("OUTPUT1:STATE?")) == ("SINE", "0.8", "OFF")
+    for c in ("ACQ:DEC 16384", "ACQ:TRig:DLY 100", "ACQ:RST"):
+        a.write(c)
+    assert (a.query("ACQ:DEC?"), a.query("ACQ:TRig:DLY?")) == ("1", "0")
 
 
 def test_sim_refuses_amplitude_plus_offset_beyond_one_volt(boards):  # 3
