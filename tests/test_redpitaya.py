@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from served import QUIET, frf_error, kill_then_resume, served_sweep
+import xarray as xr
+from served import PAPER, QUIET, frf_error, kill_then_resume, served_sweep
 
 from hbtest.cli import main
 from hbtest.config import load_rig
@@ -321,3 +322,22 @@ def test_a_steady_record_through_the_boards_matches_the_twins_exact_steady_state
                 got = fit(acq.t, x, f, [1], n_periods=10, nuisance_hz=(50.0, 150.0, 250.0)).coefficients[0]
                 want = exact[name][0]
                 assert abs(got - want) < 0.005 * abs(want), (f, name, got, want)  # measured: lasers <= 5e-5, gauges <= 8e-4
+
+
+@pytest.mark.slow  # ~7 min: 5 points of real-time boards plus the in-process baseline
+def test_paper_sweep_through_two_simulated_boards_matches_the_exact_structure(tmp_path, monkeypatch):
+    """5 points: converged, FRF within 1 % of the exact structure (measured 0.05-0.19 %), rig
+    periods within 1.5x of the in-process run of the same settling rule (the twin's modes()
+    hidden, as in tests/test_scpi_sweep.py; measured 1.03x over the sweep, 0.79-1.07x per point:
+    a record here costs no dead time, it is cut from the live buffer)."""
+    sets = ["sweep.points=5"]
+    ds = served_sweep(tmp_path, "redpitaya", sets)
+    assert bool(ds.done.all()) and bool(ds.converged.all())
+    err = frf_error(ds, sets)
+    assert err.max() < 0.01, err
+    monkeypatch.delattr(VirtualRig, "modes")
+    ref = tmp_path / "inprocess.zarr"
+    assert main(["sweep", str(PAPER), "--store", str(ref), "--no-plot", "--quiet", "--set", "sweep.points=5"]) == 0
+    base = xr.open_zarr(ref, consolidated=False).load()
+    ratio = ds.rig_periods.values / base.rig_periods.values
+    assert ds.rig_periods.values.sum() <= 1.5 * base.rig_periods.values.sum() and ratio.max() <= 2.0, ratio
