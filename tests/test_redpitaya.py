@@ -268,6 +268,23 @@ def test_rig_check_reads_every_channel(boards, tmp_path, capsys):
     assert "(kind redpitaya)" in out and all(f"\n{c:>8} " in out for c in ("l1", "l2", "g1", "g2"))
 
 
+def test_rig_check_against_an_absent_board_is_one_line_exit_2(boards, tmp_path, capsys):
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now: board 2 is absent, board 1 is served
+    path = rig_file(boards, tmp_path)
+    path.write_text(path.read_text().replace(f"::{boards.servers[1].port}::", f"::{port}::"))
+    t0 = time.monotonic()
+    assert main(["rig", "check", str(path)]) == 2
+    assert time.monotonic() - t0 < 10
+    err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert len(err) == 1 and f"Red Pitaya 2 TCPIP0::127.0.0.1::{port}::SOCKET" in err[0] and "cannot connect" in err[0], err
+    assert not boards.boards[0].gen[1].output  # board 1 was never switched on
+
+
 def test_rig_refuses_a_demand_beyond_the_limit_before_sending_and_switches_off_on_close(boards, tmp_path):
     cfg = load_rig(rig_file(boards, tmp_path))
     first = boards.boards[0]
