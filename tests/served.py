@@ -31,11 +31,13 @@ PAPER = ROOT / "sweeps" / "paper-cantilever.toml"
 INSTRUMENTS = ROOT / "instruments"
 _ONE_PORT = re.compile(r"listening on 127\.0\.0\.1:(\d+) ")
 _SCPI = re.compile(r"generator listening on 127\.0\.0\.1:(\d+), scope listening on 127\.0\.0\.1:(\d+)")
+_REDPITAYA = re.compile(r"board 1 listening on 127\.0\.0\.1:(\d+), board 2 listening on 127\.0\.0\.1:(\d+)")
 # protocol -> (rig file of the loopback peer, port options of `hbtest serve`, its first line)
 PROTOCOLS = {
     "box": (INSTRUMENTS / "box-loopback.toml", ("--port",), _ONE_PORT),
     "helic": (INSTRUMENTS / "helic-loopback.toml", ("--port",), _ONE_PORT),
     "scpi": (INSTRUMENTS / "scpi-loopback.toml", ("--port", "--scope-port"), _SCPI),
+    "redpitaya": (INSTRUMENTS / "redpitaya-loopback.toml", ("--port", "--scope-port"), _REDPITAYA),  # board 2: --scope-port
 }
 RESUMED = ("interface_displacement", "interface_force", "voltage", "residual_norm")
 
@@ -46,7 +48,8 @@ def rig_text(protocol: str, ports) -> str:
     if protocol == "helic":
         return (text.replace("control_port = 2350", f"control_port = {ports[0]}")
                 .replace("stream_port = 2351", f"stream_port = {ports[0] + 1}"))
-    for default, port in zip((5025, 5026), ports):
+    defaults = (5000, 5001) if protocol == "redpitaya" else (5025, 5026)
+    for default, port in zip(defaults, ports):
         text = text.replace(f"TCPIP0::127.0.0.1::{default}::SOCKET", f"TCPIP0::127.0.0.1::{port}::SOCKET")
     return text
 

@@ -174,7 +174,7 @@ def test_schema_names_are_re_exported_by_config():
 
 def test_registry_knows_the_kinds():
     assert registry.names()[:3] == ("virtual", "box", "scpi")
-    assert set(registry.KIND_MODULES) == {"virtual", "box", "scpi", "helic"}
+    assert set(registry.KIND_MODULES) == {"virtual", "box", "scpi", "helic", "redpitaya"}
     kind = registry.get("virtual")
     assert kind is virtual.KIND and kind.name == "virtual" and kind.tables == ("virtual",)
     assert kind.parse is virtual.parse_virtual_kind and kind.open is virtual.open_virtual

@@ -11,7 +11,13 @@ control on TCP PORT (default 2350), the stream from UDP PORT+1 (hbtest.rig.helic
 ``--protocol scpi`` serves the twin behind a simulated Keysight 33500B generator on PORT
 (default 5025) and an InfiniiVision scope on ``--scope-port`` (default PORT+1; with PORT 0 a
 free port too): hbtest.rig.scpi.sim, written from the instruments' manuals. Its first line is
-``generator listening on HOST:P, scope listening on HOST:Q``."""
+``generator listening on HOST:P, scope listening on HOST:Q``.
+
+``--protocol redpitaya`` serves the twin behind two simulated Red Pitaya STEMlab 125-14 boards
+(hbtest.rig.scpi.sim.redpitaya, written from the Red Pitaya SCPI documentation) on PORT
+(default 5000) and ``--scope-port`` (default PORT+1; a free port when PORT is 0), the twin sampled at 125 MHz / 16384
+(``rig.sample_rate_hz`` set so). Its first line is ``board 1 listening on HOST:P, board 2
+listening on HOST:Q``."""
 
 from __future__ import annotations
 
@@ -27,13 +33,14 @@ def register(sub) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a value of the rig file (repeatable)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--protocol", choices=("box", "helic", "scpi"), default="box",
+    p.add_argument("--protocol", choices=("box", "helic", "scpi", "redpitaya"), default="box",
                    help="box: the acquisition-box protocol (default); helic: HELIC-DAQ protocol v3 (docs/helic.md); "
-                        "scpi: a simulated Keysight 33500B generator and InfiniiVision scope")
+                        "scpi: a simulated Keysight 33500B generator and InfiniiVision scope; "
+                        "redpitaya: two simulated Red Pitaya STEMlab 125-14 boards")
     p.add_argument("--port", type=int, default=None,
                    help="TCP port (default 5025, helic 2350; 0 = a free port, printed on the first line)")
     p.add_argument("--scope-port", type=int, default=None,
-                   help="scpi: the scope's TCP port (default: PORT+1, or a free port when PORT is 0)")
+                   help="scpi: the scope's TCP port; redpitaya: board 2's (default: PORT+1, or a free port when PORT is 0)")
     p.add_argument("--seed", type=int, default=None, help="seed of the twin (default: the rig file's)")
     p.add_argument("--watchdog", type=float, default=None, metavar="S",
                    help="default watchdog time [s] (a host sets its own with OUTP:PROT:WDOG)")
@@ -51,7 +58,7 @@ def run(args) -> int:
     if cfg.kind != "virtual":
         raise ConfigError(args.rig, "rig.kind", f"hbtest serve needs a virtual rig file (the twin to serve), got kind {cfg.kind!r}")
     if args.port is None:
-        args.port = 2350 if args.protocol == "helic" else 5025
+        args.port = {"helic": 2350, "redpitaya": 5000}.get(args.protocol, 5025)
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be in 0..65535, got {args.port}")
     watchdog = DEFAULT_WATCHDOG_S if args.watchdog is None else args.watchdog
@@ -75,10 +82,9 @@ def run(args) -> int:
     # handlers first: a signal right after the "listening" line must already stop cleanly
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        if args.protocol == "helic":
-            return _serve_helic(args, cfg, stop)
-        if args.protocol == "scpi":
-            return _serve_scpi(args, cfg, stop)
+        peer = {"helic": _serve_helic, "scpi": _serve_scpi, "redpitaya": _serve_redpitaya}.get(args.protocol)
+        if peer is not None:
+            return peer(args, cfg, stop)
         server = BoxServer(cfg, host=args.host, port=args.port, seed=args.seed, watchdog_s=watchdog, idle_s=idle, on_event=say)
         try:
             host, port = server.start()
@@ -139,6 +145,27 @@ def _serve_scpi(args, cfg, stop) -> int:
         g, s = bench.generator_server, bench.scope_server
         print(f"generator listening on {g.host}:{g.port}, scope listening on {s.host}:{s.port}"
               f" (simulated 33500B + InfiniiVision; rig {cfg.identity!r}; Ctrl+C stops)", flush=True)
+        while not stop.wait(0.2):
+            pass
+    return 0
+
+
+def _serve_redpitaya(args, cfg, stop) -> int:
+    from ..config import load_rig
+    from ..errors import UserError
+    from ..rig.scpi.sim.redpitaya import BASE_HZ, open_boards
+
+    rate = BASE_HZ / 16384  # the boards' decimation in instruments/redpitaya-loopback.toml
+    cfg = load_rig(args.rig, [*args.overrides, f"rig.sample_rate_hz={rate!r}"])  # the twin at the boards' rate
+    ports = (args.port, args.scope_port if args.scope_port is not None else (args.port + 1 if args.port else 0))
+    try:
+        boards = open_boards(cfg, args.seed, host=args.host, ports=ports)
+    except OSError as e:
+        raise UserError(f"hbtest serve: cannot listen on {args.host}:{ports[0]}/{ports[1]}: {e.strerror or e}") from None
+    with boards:
+        a, b = boards.servers
+        print(f"board 1 listening on {a.host}:{a.port}, board 2 listening on {b.host}:{b.port}"
+              f" (simulated Red Pitaya STEMlab 125-14 x2 at {rate:g} Hz; rig {cfg.identity!r}; Ctrl+C stops)", flush=True)
         while not stop.wait(0.2):
             pass
     return 0

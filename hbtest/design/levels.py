@@ -144,6 +144,9 @@ def _channel_limits(rig_cfg) -> tuple[dict, str, str]:
     if rig_cfg.kind == "scpi" and getattr(spec, "digitiser", None) is not None:
         w = {c.sensor: (c.offset_v - c.range_v / 2, c.offset_v + c.range_v / 2) for c in spec.digitiser.channels}
         return w, f"{src} [digitiser] range_v", "clip"
+    if rig_cfg.kind == "redpitaya":  # the input jumpers: LV +/-1 V, HV +/-20 V
+        fs = {"LV": 1.0, "HV": 20.0}
+        return {c.sensor: (-fs[c.jumper], fs[c.jumper]) for c in spec.inputs}, f"{src} [redpitaya.inputs] jumper", "clip"
     return {}, "", "clip"
 
 
@@ -157,6 +160,9 @@ def _voltage_limits(rig_cfg) -> tuple[list, str]:
     if rig_cfg.kind == "scpi" and getattr(spec, "generator", None) is not None:
         lim = {c.actuator: c.voltage_limit_v for c in spec.generator.channels}
         return [float(lim.get(a, rig_cfg.voltage_limit_v)) for a in rig_cfg.actuators], f"{src} [generator] voltage_limit_v"
+    if rig_cfg.kind == "redpitaya":
+        lim = {o.actuator: o.voltage_limit_v for o in spec.outputs}
+        return [float(lim[a]) for a in rig_cfg.actuators], f"{src} [redpitaya.outputs] voltage_limit_v"
     return [float(rig_cfg.voltage_limit_v)] * n, f"{src} [rig] voltage_limit_v"
 
 

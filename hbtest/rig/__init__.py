@@ -7,7 +7,7 @@ generator continuous when the frequency changes and reports ``t`` so that the fo
 for the demand in force during an acquisition). Acquisitions return raw channel volts; the
 calibration lives in the rig's :class:`~hbtest.sensors.SensorLayout`.
 
-Kinds of rig (``[rig].kind`` of a rig file: virtual, box, scpi, helic) are registered in
+Kinds of rig (``[rig].kind`` of a rig file: virtual, box, scpi, helic, redpitaya) are registered in
 :mod:`hbtest.rig.registry`; :func:`open_rig` opens the one a parsed rig file names. A rig that
 averages on the device declares it by offering ``acquire_coefficients`` (the
 :class:`~hbtest.rig.capabilities.DeviceAveraging` protocol; the point loop uses it when

@@ -23,7 +23,8 @@ from typing import Callable
 
 __all__ = ["RigKind", "KIND_MODULES", "KindUnavailable", "register", "get", "names"]
 
-KIND_MODULES = {"virtual": "hbtest.rig.virtual", "box": "hbtest.rig.box", "scpi": "hbtest.rig.scpi", "helic": "hbtest.rig.helic"}
+KIND_MODULES = {"virtual": "hbtest.rig.virtual", "box": "hbtest.rig.box", "scpi": "hbtest.rig.scpi", "helic": "hbtest.rig.helic",
+                "redpitaya": "hbtest.rig.scpi.redpitaya_rig"}
 
 
 @dataclass(frozen=True)

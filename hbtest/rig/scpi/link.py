@@ -146,6 +146,8 @@ class ScpiLink:
 
     def query(self, command: str) -> str:
         reply = self._call(command, True, self.resource.query, command)
+        if isinstance(reply, str) and reply.endswith("\r"):  # a \r\n line ending (the Red Pitaya's SCPI server)
+            reply = reply[:-1]
         if not isinstance(reply, str) or not reply.isprintable():
             self.out_of_step = f"{command!r}: not printable text"
             raise self.bad_reply(command, reply, "not printable text")
@@ -260,7 +262,10 @@ class SocketResource:
         if not digits.isdigit() or int(digits) > MAX_BLOCK_BYTES:
             raise ValueError(f"bad block length {digits!r}")
         payload = self._take(int(digits), deadline)
-        if self._take(1, deadline) != b"\n":
+        end = self._take(1, deadline)
+        if end == b"\r":  # a \r\n line ending (the Red Pitaya's SCPI server)
+            end = self._take(1, deadline)
+        if end != b"\n":
             raise ValueError("block not followed by the line terminator")
         dt = np.dtype(datatype).newbyteorder(">" if is_big_endian else "<")
         if len(payload) % dt.itemsize:

@@ -71,6 +71,7 @@ class Command:
     query: bool
     args: str
     block: bytes | None = None
+    numbered: tuple[bool, ...] = ()  # per node: whether a numeric suffix was written (SOUR vs SOUR1)
 
     @property
     def header(self) -> str:
@@ -82,14 +83,15 @@ def parse_message(text: str, block: bytes | None) -> Command:
     head, _, args = text.partition(" ")
     query = head.endswith("?")
     head = head.rstrip("?").lstrip(":")
-    nodes, suffixes = [], []
+    nodes, suffixes, numbered = [], [], []
     for part in head.split(":"):
         m = _NODE.match(part)
         if not m:
             raise SimError(-102, "Syntax error")
         nodes.append(short_form(m.group(1)))
         suffixes.append(int(m.group(2)) if m.group(2) else 1)
-    return Command(tuple(nodes), tuple(suffixes), query, args.strip(), block)
+        numbered.append(bool(m.group(2)))
+    return Command(tuple(nodes), tuple(suffixes), query, args.strip(), block, tuple(numbered))
 
 
 def split_message(buf: bytearray) -> tuple[str, bytes | None, int] | None:

@@ -1,0 +1,87 @@
+"""Rig periods per point through two simulated Red Pitaya boards against the in-process twin.
+
+The paper sweep (``sweeps/paper-cantilever.toml``, ``--points`` points) runs in-process on the
+virtual twin with its ``modes()`` hidden (the point loop settles window by window, the rule the
+``redpitaya`` kind gets: it offers no modes) and through ``hbtest serve --protocol redpitaya``
+(the twin behind two simulated STEMlab 125-14 boards, real time, sampled at 125 MHz / 16384)
+with ``instruments/redpitaya-loopback.toml``. Printed as key=value: the rig-period ratio over
+the sweep and the largest per point, the FRF errors against the exact structure, the wall time
+per point and the acquisition's dead time per record (wall time of an acquisition beyond the
+periods it records: the record is cut from the live buffer, so this is reading time only).
+
+    python benchmarks/redpitaya_rig_time.py [--points N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from helic_overhead import PAPER, serve  # noqa: E402
+from scpi_rig_time import dead_time, frf_error  # noqa: E402
+
+from hbtest.config import load_sweep  # noqa: E402
+from hbtest.rig.virtual import VirtualRig  # noqa: E402
+from hbtest.sweep import run  # noqa: E402
+
+LOOPBACK = ROOT / "instruments" / "redpitaya-loopback.toml"
+
+
+def rig_file(tmp: Path, ports) -> Path:
+    text = LOOPBACK.read_text()
+    for default, port in zip((5000, 5001), ports):
+        text = text.replace(f"TCPIP0::127.0.0.1::{default}::SOCKET", f"TCPIP0::127.0.0.1::{port}::SOCKET")
+    path = tmp / "redpitaya.toml"
+    path.write_text(text)
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", type=int, default=5)
+    a = ap.parse_args()
+    sets = [f"sweep.points={a.points}"]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        modes = VirtualRig.modes
+        del VirtualRig.modes  # the same settling rule as a rig without modes
+        try:
+            base = run(load_sweep(PAPER, sets), tmp / "in.zarr", plot=False).load()
+        finally:
+            VirtualRig.modes = modes
+        p, ports = serve("redpitaya", "--scope-port", "0")
+        try:
+            path = rig_file(tmp, ports)
+            t0 = time.monotonic()
+            ds = run(load_sweep(PAPER, sets + [f"rig='{path}'"]), tmp / "rp.zarr", plot=False).load()
+            wall = time.monotonic() - t0
+            dead = dead_time(path)
+        finally:
+            p.send_signal(signal.SIGTERM)
+            p.communicate(timeout=30)
+    ratio = ds.rig_periods.values / base.rig_periods.values
+    print(f"{'point':>5} {'f [Hz]':>7} {'in-process':>11} {'redpitaya':>10} {'ratio':>6}")
+    for i, f in enumerate(ds.frequency.values):
+        print(f"{i + 1:>5} {f:>7.3f} {base.rig_periods.values[i]:>11.1f} {ds.rig_periods.values[i]:>10.1f} {ratio[i]:>6.2f}")
+    print(f"redpitaya_rig_ratio={ds.rig_periods.values.sum() / base.rig_periods.values.sum():.3f}")
+    print(f"redpitaya_rig_ratio_max_point={ratio.max():.3f}")
+    print(f"dead_time_s_per_record={dead:.3f}")
+    print(f"redpitaya_wall_s_per_point={wall / a.points:.1f}")
+    print(f"converged={int(ds.converged.values.sum())}/{a.points}")
+    print(f"frf_error_max_redpitaya={frf_error(ds, sets).max():.4f}")
+    print(f"frf_error_max_inprocess={frf_error(base, sets).max():.4f}")
+
+
+if __name__ == "__main__":
+    main()
