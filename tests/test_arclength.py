@@ -180,7 +180,7 @@ def test_short_trace_on_the_twin_converges_matches_the_exact_curve_and_resumes(t
     within 1 % of the joined structure's exact harmonic balance (harmonics 1 and 3)."""
     # on the harsh-mains twin, where the trace passes 16.5 Hz within 100 slots: the step control
     # follows the noise, and the slots used spread widely (uninterrupted, seeds 1-4: 29, 25, 62,
-    # 33; this test's interrupted and resumed seed 1: 41); on the lab-calibrated twin it takes
+    # 33; this test's interrupted and resumed seed 1: 35, 32 on OpenBLAS Sandybridge); on the lab-calibrated twin it takes
     # smaller steps and used all 80 at seed 1 (noted, not yet investigated)
     over = ["sweep.stop_hz=16.5", "sweep.max_points=100", "output.plot=false",
             "rig=../instruments/virtual-cantilever-harsh-mains.toml"]

@@ -260,15 +260,19 @@ class HybridArclength:
         history.append(ef)
         self.Gz = np.hstack([carry.G * self.v_scale, ((ef.Y - e.Y) / df * self.f_scale)[:, None]])
 
-    def _reconverge(self, num: NumericalSide, V: np.ndarray, history: list):
-        """A finished point of the curve (frequency of ``num``, demand ``V``), where a trace
-        resumes, converged again by the point loop's profile from ``V``, and ``Gz`` there (:meth:`_initial_jacobian`, the frequency
-        difference along the branch while in the band); its evaluations appended to
-        ``history``; returns the final evaluation. One finite difference per voltage instead
-        (the loop's ``finite_differences``) gave tangents whose df/ds was 0.17 where the curve's
-        is 0.98 (harsh-mains twin, cubic interface, 16.04 Hz), and the trace turned back."""
+    def _reconverge(self, num: NumericalSide, history: list):
+        """A finished point of the curve (frequency of ``num``), where a trace resumes,
+        converged again by the point loop's profile as the first point is (from the profile's
+        start, not from the stored demand), and ``Gz`` there (:meth:`_initial_jacobian`, the
+        frequency difference along the branch while in the band); its evaluations appended to
+        ``history``; returns the final evaluation. The profile's pooled fit determines the rig
+        Jacobian from the spread of its demands: converged from the stored demand (the solution)
+        its demands cluster and the fit is poor (a tangent's df/ds 0.70 where the curve's is
+        0.98, OpenBLAS Sandybridge); one finite difference per voltage was worse (0.17, and the
+        trace turned back at 16.13 Hz; harsh-mains twin, cubic interface, resumed at 16.01 Hz). The cost:
+        a first point's rig time, charged to the next point."""
         lp = self.loop
-        carry = lp.new_carry(np.asarray(V, dtype=float))
+        carry = lp.new_carry()
         out = lp.run(num.frequency_hz, carry)
         history.extend(out.history)
         inside = num.frequency_hz + self.branch_sign * self.s.frequency_fd_fraction * self.f_scale
@@ -288,7 +292,7 @@ class HybridArclength:
         lp = self.loop
         self.pending_t0 = lp.rig.elapsed_s
         num = self.numerical_side(float(f[-1]))
-        e = self._reconverge(num, V[-1], self.pending)
+        e = self._reconverge(num, self.pending)
         self.z, self.e = self.scale(e.V, float(f[-1])), e
         if f.size >= 2:
             prev = self.z - self.scale(V[-2], float(f[-2]))
