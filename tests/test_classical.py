@@ -414,7 +414,9 @@ def _one_line_error(capsys, argv) -> str:
     err = capsys.readouterr().err
     assert rc == 2, err
     assert err.count("\n") == 1 and err.startswith("hbtest: error: ") and "Traceback" not in err
-    assert elapsed < 1.0
+    # a guard against a hang, not a speed figure: ~0.2 s on an idle machine, 2.05 s once on 2
+    # cores loaded by two suites (the comparison itself is refused by ``no_compare_run``)
+    assert elapsed < 10.0
     return err
 
 
