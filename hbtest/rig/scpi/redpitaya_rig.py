@@ -186,7 +186,9 @@ class RedPitayaRig:
         self.actuators = tuple(rig_config.actuators)
         by_act = {o.actuator: o for o in self.spec.outputs}
         self._outs = [by_act[a] for a in self.actuators]
-        self._freq = self._orders = self._V = None
+        self._freq: float | None = None
+        self._orders: np.ndarray | None = None
+        self._V: np.ndarray | None = None
         self._armed = self._closed = False
         self._theta, self._t_restart, self._tpos = 0.0, 0.0, [0] * len(boards)
         self._shapes: dict = {}  # output channel -> the waveform's codes last uploaded
@@ -264,7 +266,7 @@ class RedPitayaRig:
     def _previous(self, orders, V) -> np.ndarray:
         """The demand in force re-expressed on ``orders`` (zero when disarmed)."""
         prev = np.zeros_like(V)
-        if self._armed and self._orders is not None:
+        if self._armed and self._orders is not None and self._V is not None:
             for j, k in enumerate(orders):
                 hit = np.flatnonzero(self._orders == k)
                 if hit.size:
@@ -314,6 +316,7 @@ class RedPitayaRig:
 
     def _phase_at(self, t: float) -> float:
         """Demand phase [rad] of the fundamental at clock time ``t`` (host clock)."""
+        assert self._freq is not None, "the outputs run (after the first demand)"
         return float((self._theta + 2 * np.pi * self._freq * (t - self._t_restart)) % (2 * np.pi))
 
     def _await_triggers(self) -> None:
@@ -382,6 +385,7 @@ class RedPitayaRig:
 
     def _acquisition(self, first: int, need: int, codes: dict, n_periods: int) -> ScpiAcquisition:
         f = self._freq
+        assert f is not None, "a record is taken only after the first demand"
         s = first + np.arange(need)
         t = self._theta / (2 * np.pi * f) + s / self.fs
         data, over = {}, []

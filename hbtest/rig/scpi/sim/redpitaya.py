@@ -275,7 +275,8 @@ class RedPitaya:
             e = self.errors.pop(0) if self.errors else None
             return f'{e.code},"{e.text}"' if e else '0,"No error"'
         if cmd.nodes == ("GEN", S("RST")):
-            return self._reset_generator()
+            self._reset_generator()
+            return None
         handler = {"ACQ": self._acq, "SOUR": self._source, "OUTP": self._outp, S("DAISY"): self._daisy}.get(n0)
         if handler is None:
             raise SimError(-113, "Undefined header")
