@@ -60,7 +60,7 @@ from ...errors import InstrumentError, LimitExceeded
 from .. import Acquisition, RigDescription
 from .keysight33500b import DAC_FULL_SCALE, MIN_AMPLITUDE_VPP, Keysight33500B
 
-__all__ = ["ScpiRig", "ScpiAcquisition", "synthesise", "record_window", "RECORD_SLACK_SAMPLES"]
+__all__ = ["ScpiRig", "IdentifyingScpiRig", "ScpiAcquisition", "synthesise", "record_window", "RECORD_SLACK_SAMPLES"]
 
 RECORD_SLACK_SAMPLES = 4  # the digitiser records this many samples more than the periods asked
 LIMIT_RTOL = 1e-12  # float slack of the peak check (as hbtest.rig.check_voltage); writes round toward zero
@@ -338,3 +338,24 @@ class ScpiRig:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class IdentifyingScpiRig(ScpiRig):
+    """A :class:`ScpiRig` whose rig file has an ``[identify]`` table: it offers its modes
+    (:class:`hbtest.rig.capabilities.KnownModes`), measured by the free-decay experiment
+    (:func:`hbtest.rig.identify.free_decay_modes`) at the first :meth:`modes` call of the
+    connection — before the first demand of a sweep, counted in its rig time — and leaves the
+    outputs at zero demand after it. :attr:`identification_s`: the rig time it took [s]."""
+
+    identification_s: float | None = None
+    _identified: np.ndarray | None = None
+
+    def modes(self) -> np.ndarray:
+        if self._identified is None:
+            from ..identify import free_decay_modes
+
+            ident = self.spec.identify
+            t0 = self.elapsed_s
+            self._identified = free_decay_modes(self, ident.voltage_v, ident.band_hz, ident.decay_s)
+            self.identification_s = self.elapsed_s - t0
+        return self._identified
