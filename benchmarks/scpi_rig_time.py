@@ -141,6 +141,10 @@ def main() -> None:
     print(f"scope_dead_time_s_per_record={dead:.3f}")
     print(f"scpi_wall_s_per_point={wall / a.points:.1f}")
     print(f"converged={int(ds.converged.values.sum())}/{a.points}")
+    print(f"scpi_stop_reasons={','.join(str(r) for r in ds.stop_reason.values)}")
+    print(f"scpi_iterations={','.join(str(int(n)) for n in ds.iterations.values)}")
+    for i in np.flatnonzero(~ds.converged.values):  # what ended a point that did not converge
+        print(f"point {i + 1}: {ds.stop_reason.values[i]}: {ds.message.values[i]}")
     print(f"frf_error_max_scpi={frf_error(ds, sets).max():.4f}")
     print(f"frf_error_max_inprocess={frf_error(base, sets).max():.4f}")
     print(f"modes_identified={modes_text(identified.get('modes', []))}")
