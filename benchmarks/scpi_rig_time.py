@@ -3,18 +3,19 @@
 The paper sweep (``sweeps/paper-cantilever.toml``, ``--points`` points, same seed) runs
 in-process on the virtual twin with the profile's default (the transient fit on the twin's own
 modes) and through ``hbtest serve --protocol scpi`` (the twin behind a simulated 33500B +
-InfiniiVision, real time) with the ``scpi`` kind, which offers no modes: the point loop settles
-window by window. ``--identify`` gives the scpi rig a ``modes()`` measured once from a free decay
-(hbtest/rig/identify.py) so the loop fits through the transient as it does on the twin (not
-the default: through the bench that fit stalls, see docs/helic.md). Printed as key=value:
-``scpi_rig_ratio`` (scpi rig periods / in-process rig periods over the sweep), the largest
-per-point ratio, the identification's rig time (once per run, not in any point), the scope's
-dead time per record (wall time of an acquisition beyond the periods it records), the FRF
-errors against the exact structure, and the modes identified against the twin's. For
-comparison, the in-process twin run once more with its modes taken from a free decay of
-another twin instance instead of its model (``inprocess_identified_modes_rig_ratio``).
+InfiniiVision, real time) with the ``scpi`` kind and ``instruments/scpi-loopback.toml``, whose
+``[identify]`` table has the rig measure its modes from free decays once per connection
+(hbtest/rig/identify.py, before the first point, counted in its rig time) so that the loop fits
+through the transient as on the twin. ``--wait`` drops that table: no modes, the loop settles
+window by window. Printed as key=value: ``scpi_rig_ratio`` (scpi rig periods / in-process rig
+periods over the sweep, the identification included), the same without the identification,
+the largest per-point ratio, the identification's rig time, the scope's dead time per record
+(wall time of an acquisition beyond the periods it records), the FRF errors against the exact
+structure, and the modes identified against the twin's. For comparison, the in-process twin
+run once more with its modes taken from the same free-decay experiment on another twin
+instance instead of its model (``inprocess_identified_modes_rig_ratio``).
 
-    python benchmarks/scpi_rig_time.py [--points N]
+    python benchmarks/scpi_rig_time.py [--points N] [--wait]
 """
 
 from __future__ import annotations
@@ -43,12 +44,15 @@ from hbtest.rig.virtual import VirtualRig  # noqa: E402
 from hbtest.sweep import run  # noqa: E402
 
 LOOPBACK = ROOT / "instruments" / "scpi-loopback.toml"
-IDENTIFY_HZ = 20.0  # drive of the free-decay experiment (any frequency: the stop excites every mode)
-IDENTIFY_FRACTION = 0.1  # its amplitude, of the voltage limit
+IDENTIFY_FRACTION = 0.5  # the identification multisine's peak bound, of the voltage limit (as scpi-loopback.toml)
 
 
-def rig_file(tmp: Path, gen_port: int, scope_port: int) -> Path:
-    text = (LOOPBACK.read_text().replace("TCPIP0::127.0.0.1::5025::SOCKET", f"TCPIP0::127.0.0.1::{gen_port}::SOCKET")
+def rig_file(tmp: Path, gen_port: int, scope_port: int, wait: bool = False) -> Path:
+    base = LOOPBACK.read_text()
+    if wait:  # no [identify]: the rig offers no modes
+        head, rest = base.split("[identify]", 1)
+        base = head + rest[rest.index("\n\n") + 2:]
+    text = (base.replace("TCPIP0::127.0.0.1::5025::SOCKET", f"TCPIP0::127.0.0.1::{gen_port}::SOCKET")
             .replace("TCPIP0::127.0.0.1::5026::SOCKET", f"TCPIP0::127.0.0.1::{scope_port}::SOCKET"))
     path = tmp / "scpi.toml"
     path.write_text(text)
@@ -82,29 +86,27 @@ def modes_text(lam) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", type=int, default=5)
-    ap.add_argument("--identify", action="store_true",
-                    help="give the scpi rig modes() measured from a free decay (hbtest/rig/identify.py)")
+    ap.add_argument("--wait", action="store_true", help="drop [identify]: the scpi rig offers no modes")
     a = ap.parse_args()
     sets = [f"sweep.points={a.points}"]
     identified: dict = {}
     from hbtest.rig.identify import free_decay_modes
-    from hbtest.rig.scpi.rig import ScpiRig
+    from hbtest.rig.scpi.rig import IdentifyingScpiRig
 
-    def modes(self):  # measured once per connection from a free decay (not offered by the scpi kind today)
-        if "modes" not in identified:
-            t0 = self.elapsed_s
-            identified["modes"] = free_decay_modes(self, IDENTIFY_HZ, IDENTIFY_FRACTION * self.config.voltage_limit_v)
-            identified["seconds"] = self.elapsed_s - t0
-        return identified["modes"]
+    measure = IdentifyingScpiRig.modes
 
-    if a.identify:
-        ScpiRig.modes = modes
+    def modes(self):  # the rig's own identification, its result and rig time kept for the report
+        lam = measure(self)
+        identified.setdefault("modes", lam)
+        identified.setdefault("seconds", self.identification_s)
+        return lam
+
+    IdentifyingScpiRig.modes = modes
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         base = run(load_sweep(PAPER, sets), tmp / "in.zarr", plot=False).load()  # the stores go with tmp
         # the twin with its modes from a free decay (another twin instance, another seed), not from its model
-        lam = free_decay_modes(VirtualRig(load_rig(TWIN), seed=12345), IDENTIFY_HZ,
-                               IDENTIFY_FRACTION * load_rig(TWIN).voltage_limit_v)
+        lam = free_decay_modes(VirtualRig(load_rig(TWIN), seed=12345), IDENTIFY_FRACTION * load_rig(TWIN).voltage_limit_v)
         exact_modes = VirtualRig.modes
         VirtualRig.modes = lambda self: lam
         try:
@@ -113,7 +115,7 @@ def main() -> None:
             VirtualRig.modes = exact_modes
         p, (gen, scope) = serve("scpi", "--scope-port", "0")
         try:
-            path = rig_file(tmp, gen, scope)
+            path = rig_file(tmp, gen, scope, a.wait)
             t0 = time.monotonic()
             ds = run(load_sweep(PAPER, sets + [f"rig='{path}'"]), tmp / "scpi.zarr", plot=False).load()
             wall = time.monotonic() - t0
@@ -126,6 +128,8 @@ def main() -> None:
     for i, f in enumerate(ds.frequency.values):
         print(f"{i + 1:>5} {f:>7.3f} {base.rig_periods.values[i]:>11.1f} {ds.rig_periods.values[i]:>8.1f} {ratio[i]:>6.2f}")
     print(f"scpi_rig_ratio={ds.rig_periods.values.sum() / base.rig_periods.values.sum():.3f}")
+    ident_periods = identified.get("seconds", 0.0) * ds.frequency.values[0]
+    print(f"scpi_rig_ratio_without_identification={(ds.rig_periods.values.sum() - ident_periods) / base.rig_periods.values.sum():.3f}")
     print(f"scpi_rig_ratio_max_point={ratio.max():.3f}")
     print(f"inprocess_rig_periods_per_point={base.rig_periods.values.mean():.1f}")
     print(f"scpi_rig_periods_per_point={ds.rig_periods.values.mean():.1f}")
@@ -137,6 +141,10 @@ def main() -> None:
     print(f"scope_dead_time_s_per_record={dead:.3f}")
     print(f"scpi_wall_s_per_point={wall / a.points:.1f}")
     print(f"converged={int(ds.converged.values.sum())}/{a.points}")
+    print(f"scpi_stop_reasons={','.join(str(r) for r in ds.stop_reason.values)}")
+    print(f"scpi_iterations={','.join(str(int(n)) for n in ds.iterations.values)}")
+    for i in np.flatnonzero(~ds.converged.values):  # what ended a point that did not converge
+        print(f"point {i + 1}: {ds.stop_reason.values[i]}: {ds.message.values[i]}")
     print(f"frf_error_max_scpi={frf_error(ds, sets).max():.4f}")
     print(f"frf_error_max_inprocess={frf_error(base, sets).max():.4f}")
     print(f"modes_identified={modes_text(identified.get('modes', []))}")

@@ -236,3 +236,59 @@ def test_an_instrument_that_goes_away_is_one_error_not_a_hang(bench):
         for _ in range(3):
             g.query("SYST:ERR?")
     assert time.monotonic() - t0 < 5
+
+
+# -- fitting through the transient on the bench: the rig's own modes, the records' clock ----------
+
+def test_the_rig_identifies_every_mode_a_transient_fit_needs(bench):
+    """scpi-loopback.toml's [identify]: through the generator and the Sync-triggered scope, the
+    free decays give every mode the twin's records carry after a demand step (2.85, 9.0, 10.4,
+    41.5 and 113 Hz; without the 9.0 or the 113 Hz mode a fit after a 16 -> 19 Hz step left up to
+    10x the noise): within 2 % in modulus (the 9.0 Hz mode, damped 74 % and gone in 0.1 s: 8 %)
+    and 0.03 in damping ratio. The experiment before (one 20 Hz sine stopped, decays recorded
+    from the next multisine period on) found 3-4 of them."""
+    from hbtest.rig.virtual import VirtualRig
+
+    exact = VirtualRig(load_rig(TWIN)).modes()
+    need = exact[(np.abs(exact) < 2 * np.pi * 150) & (-exact.real < 50)]
+    assert need.size == 5
+    with open_bench_rig(bench) as rig:
+        lam = rig.modes()
+        assert rig.identification_s < 10
+    for x in need:
+        near = lam[np.argmin(np.abs(lam - x))]
+        zeta = -x.real / abs(x)
+        assert abs(abs(near) - abs(x)) < (0.08 if zeta > 0.5 else 0.02) * abs(x), (x, lam)
+        assert abs(-near.real / abs(near) - zeta) < 0.03, (x, lam)
+
+
+def test_records_of_one_demand_fit_together_through_the_transient(bench):
+    """Records of one demand taken apart (a wait between them) are fitted together with the
+    free decay of the modes on the rig clock: that clock must count the Sync edges between
+    them exactly. The host only brackets a restart between its command and the next reply
+    (20-30 ms through the bench, most of a period at 19 Hz): records used to land 0.4-0.8
+    period off the edge grid and were now and then counted a period wrong, which the fit
+    (with the twin's exact modes) took for a transient it could not explain. A guard, not a
+    reproduction: the miscount needed the reply latency's jitter to cross half a period, and
+    this test passed twice on the driver before the edges were placed by the first record."""
+    from hbtest import estimators
+    from hbtest.rig.virtual import VirtualRig
+
+    exact = VirtualRig(load_rig(TWIN)).modes()
+    with open_bench_rig(bench) as rig:
+        rig.set_demand(16.0, np.array([[1.0], [0.5]]), [1])
+        rig.acquire(4)
+        rig.set_demand(19.0, np.array([[2.0], [-1.0j]]), [1])  # a frequency step: every mode rings
+        recs = [rig.acquire(3), rig.acquire(9)]
+        rig.wait(7.3)
+        recs.append(rig.acquire(3))
+        rig.wait(3.6)
+        recs.append(rig.acquire(4))
+    lasers = ("l1", "l2")
+    t = np.concatenate([a.t for a in recs])
+    clock = np.concatenate([a.elapsed_s - (a.t.size - np.arange(a.t.size)) / a.sample_rate_hz for a in recs])
+    x = np.stack([np.concatenate([a.data[c] for a in recs]) for c in lasers])
+    together = estimators.fit_through_transient(t, x, 19.0, [0, 1, 2, 3], exact, t0=float(clock[0]), clock=clock)
+    last = recs[-1]
+    alone = estimators.fit_through_transient(last.t, np.stack([last.data[c] for c in lasers]), 19.0, [0, 1, 2, 3], exact)
+    assert np.all(together.residual_rms < 1.3 * alone.residual_rms), (together.residual_rms, alone.residual_rms)

@@ -25,7 +25,8 @@ NO_ERROR = '+0,"No error"'
 
 def test_example_rig_file_parses():
     cfg = load_rig(RIG)
-    assert cfg.kind == "scpi" and KIND.tables == ("generator", "digitiser")
+    assert cfg.kind == "scpi" and KIND.tables == ("generator", "digitiser", "identify")
+    assert cfg.spec.identify is None  # no [identify]: the rig offers no modes, the loop waits window by window
     g, d = cfg.spec.generator, cfg.spec.digitiser
     assert g.resource == "TCPIP0::192.0.2.10::5025::SOCKET" and g.output_load == "INF"
     assert [(c.actuator, c.channel, c.voltage_limit_v) for c in g.channels] == [("vertical", 1, 5.0), ("rotational", 2, 4.0)]
@@ -41,6 +42,9 @@ def test_example_rig_file_parses():
         ("digitiser.channels[3].sensor=l1", "digitiser.channels[3].sensor"),
         ("generator.output_load=50", "generator.output_load"),
         ("digitiser.bogus=1", "digitiser.bogus"),
+        ("identify.voltage_v=6.0", "identify.voltage_v"),  # beyond [rig].voltage_limit_v
+        ("identify.band_hz=2000.0", "identify.band_hz"),  # beyond a fifth of the sample rate
+        ("identify.bogus=1", "identify.bogus"),
     ],
 )
 def test_rig_file_mistakes_name_the_key(override, key):

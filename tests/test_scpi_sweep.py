@@ -13,7 +13,6 @@ import xarray as xr
 from served import PAPER, QUIET, frf_error, kill_then_resume, served_sweep
 
 from hbtest.cli import main
-from hbtest.rig.virtual import VirtualRig
 
 # looser settling (0.1 mm) and shorter averaging than the paper's, on the quiet twin: the default run's sweep
 TWO_POINTS = ["sweep.points=2", "sweep.start_hz=16.0", "sweep.stop_hz=16.5", "test.transient_tolerance_mm=0.1",
@@ -31,26 +30,21 @@ def test_two_points_through_the_simulated_instruments_match_the_exact_structure(
 
 
 @pytest.mark.slow
-def test_paper_sweep_through_the_simulated_instruments_matches_the_exact_structure(tmp_path, monkeypatch):
+def test_paper_sweep_through_the_simulated_instruments_matches_the_exact_structure(tmp_path):
     """5 points: converged, FRF within 1 % of the exact structure, and rig periods per point
-    within 1.5x of the in-process run of the same algorithm. The scpi kind offers no modes()
-    (nothing tells a lab's rig its eigenvalues), so the point loop settles window by window
-    instead of fitting through the transient: the in-process baseline runs the twin the same
-    way (its modes() hidden). Against the in-process run *with* the twin's exact modes the scpi
-    path needs 3.1x the rig periods (1.6-5.4x per point; `python benchmarks/scpi_rig_time.py`,
-    which also gives the scope's dead time: one forcing period per record)."""
+    within 1.5x of the default in-process run (the transient fit on the twin's exact modes).
+    scpi-loopback.toml's [identify] has the rig measure its modes from free decays before the
+    first point (counted in its rig time), so the loop fits through the transient here too
+    (`python benchmarks/scpi_rig_time.py` prints the figures and the scope's dead time)."""
     sets = ["sweep.points=5"]
     ds = served_sweep(tmp_path, "scpi", sets)
     assert bool(ds.done.all()) and bool(ds.converged.all())
     err = frf_error(ds, sets)
     assert err.max() < 0.01, err
-    monkeypatch.delattr(VirtualRig, "modes")
     ref = tmp_path / "inprocess.zarr"
     assert main(["sweep", str(PAPER), "--store", str(ref), "--no-plot", "--quiet", "--set", "sweep.points=5"]) == 0
     base = xr.open_zarr(ref, consolidated=False).load()
-    ratio = ds.rig_periods.values / base.rig_periods.values
-    # measured: 1.21-1.57 per point, 1.28 over the sweep (scope dead time ~0.1 s a record)
-    assert ds.rig_periods.values.sum() <= 1.5 * base.rig_periods.values.sum() and ratio.max() <= 2.0, ratio
+    assert ds.rig_periods.values.sum() <= 1.5 * base.rig_periods.values.sum(), ds.rig_periods.values / base.rig_periods.values
 
 
 @pytest.mark.slow

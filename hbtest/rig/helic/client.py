@@ -14,9 +14,15 @@ carries the epoch of the demand last written (a stale record never enters a fit)
 
 Records (:class:`StreamReceiver`): a count-limited stream of the channels' sources, ``phase``
 [turn] and ``cmd_epoch``; the sample times handed to the fits are the unwrapped master phase
-divided by the frequency, not sample indices. A record with a packet-sequence gap, a
-``dropped`` increase or a stale epoch is discarded and taken again (``retakes``), counted in
-:attr:`HelicRig.counters`.
+divided by the frequency, not sample indices. The rig hands the point loop these raw records
+(it offers no ``acquire_coefficients``, so it is not
+:class:`~hbtest.rig.capabilities.DeviceAveraging`): the harmonics are fitted on this host by
+the same code as the twin's records, which tracks the measured mains frequency
+(:meth:`hbtest.point.loop.PointLoop.track_mains`) and rejects ``[sensors].mains_multiples``
+of it; a fit at the nominal ``mains_hz`` left the twin's 50.07 Hz lines in every record as a
+bias that varied from record to record (4x the iterations of the in-process run). A record
+with a packet-sequence gap, a ``dropped`` increase or a stale epoch is discarded and taken
+again (``retakes``), counted in :attr:`HelicRig.counters`.
 
 Safety: no coefficient set whose peak bound (|mean| + sum |V_k|, also after f32 rounding)
 exceeds ``voltage_limits_v`` is written; a non-zero demand arms the device first and is refused
@@ -34,9 +40,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ... import harmonics
 from ...errors import InstrumentError, RigTrip
-from .. import Acquisition, ChannelCoefficients, RigDescription, safety
+from .. import Acquisition, RigDescription, safety
 from . import codec as c
 from .codec import MsgType
 
@@ -478,19 +483,6 @@ class HelicRig:
         self._open()
         t, data, over = self._record(n_periods)
         return Acquisition(t, data, self._frequency(), self.fs, int(n_periods), self._clock, over)
-
-    def acquire_coefficients(self, n_periods: int, orders, nuisance_hz=()) -> ChannelCoefficients:
-        """Harmonic coefficients and their variances, fitted on this host from the streamed
-        samples on the master phase (hbtest.harmonics.fit), raw channel volts."""
-        self._open()
-        t, data, over = self._record(n_periods)
-        names = list(data)
-        freq = self._frequency()
-        fit = harmonics.fit(t, np.stack([data[n] for n in names]), freq, orders, n_periods=int(n_periods),
-                            nuisance_hz=nuisance_hz)
-        return ChannelCoefficients({n: fit.coefficients[i] for i, n in enumerate(names)},
-                                   {n: fit.variance[i] for i, n in enumerate(names)}, np.asarray(orders), freq,
-                                   int(n_periods), self._clock, over, self._epoch)
 
     def wait(self, n_periods: float) -> None:
         self._open()

@@ -28,6 +28,12 @@ Rig-file tables owned by this kind (units in the key names; see
     max_points = 62500            # record length cap (points per channel)
     [[digitiser.channels]]        # one per sensor channel of [sensors]
     sensor = "l1"; channel = 1; range_v = 20.0; offset_v = 0.0   # range: full scale (8 div)
+
+    [identify]                    # optional: measure the rig's modes once per connection, at the
+    voltage_v = 2.5               # first modes() call (hbtest/rig/identify.py): multisine peak bound
+    band_hz = 150.0               # [V] (default: half of [rig].voltage_limit_v), its band [Hz] and
+    decay_s = 1.5                 # the free decay recorded after each stop [s]; the point loop then
+                                  # fits through the transient instead of waiting window by window
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from ..registry import RigKind, register
 from .infiniivision import InfiniiVision
 from .keysight33500b import Keysight33500B
 from .link import ScpiLink, open_resource
-from .rig import ScpiAcquisition, ScpiRig, synthesise
+from .rig import IdentifyingScpiRig, ScpiAcquisition, ScpiRig, synthesise
 
 __all__ = [
     "GeneratorChannel",
@@ -46,7 +52,9 @@ __all__ = [
     "DigitiserChannel",
     "DigitiserSpec",
     "ScpiSpec",
+    "IdentifySpec",
     "ScpiRig",
+    "IdentifyingScpiRig",
     "ScpiAcquisition",
     "Keysight33500B",
     "InfiniiVision",
@@ -104,11 +112,21 @@ class DigitiserSpec:
 
 
 @dataclass(frozen=True)
+class IdentifySpec:
+    """The ``[identify]`` table: the free-decay experiment (:func:`hbtest.rig.identify.free_decay_modes`)."""
+
+    voltage_v: float
+    band_hz: float = 150.0
+    decay_s: float = 1.5
+
+
+@dataclass(frozen=True)
 class ScpiSpec:
-    """The parsed ``[generator]`` and ``[digitiser]`` tables."""
+    """The parsed ``[generator]``, ``[digitiser]`` and optional ``[identify]`` tables."""
 
     generator: GeneratorSpec
     digitiser: DigitiserSpec
+    identify: IdentifySpec | None = None
 
 
 def _parse_generator(sec, common) -> GeneratorSpec:
@@ -176,9 +194,21 @@ def _parse_digitiser(sec, common) -> DigitiserSpec:
     return spec
 
 
+def _parse_identify(sec, common, rate_hz: float) -> IdentifySpec:
+    spec = IdentifySpec(
+        voltage_v=sec.number("voltage_v", 0.5 * common.voltage_limit_v, positive=True, max=common.voltage_limit_v),
+        band_hz=sec.number("band_hz", 150.0, positive=True, max=0.2 * rate_hz),
+        decay_s=sec.number("decay_s", 1.5, positive=True, max=60.0),
+    )
+    sec.finish()
+    return spec
+
+
 def parse(top, common) -> ScpiSpec:
-    """Parse the ``[generator]`` and ``[digitiser]`` tables (registry.md ``RigKind.parse``)."""
-    return ScpiSpec(_parse_generator(top.sub("generator"), common), _parse_digitiser(top.sub("digitiser"), common))
+    """Parse the ``[generator]``, ``[digitiser]`` and optional ``[identify]`` tables
+    (registry.md ``RigKind.parse``)."""
+    ident = _parse_identify(top.sub("identify"), common, common.sample_rate_hz) if top.has("identify") else None
+    return ScpiSpec(_parse_generator(top.sub("generator"), common), _parse_digitiser(top.sub("digitiser"), common), ident)
 
 
 def open(rig_config, seed: int | None = None) -> ScpiRig:  # noqa: A001 - the registry's name
@@ -193,11 +223,12 @@ def open(rig_config, seed: int | None = None) -> ScpiRig:  # noqa: A001 - the re
         gen_link.close()
         raise
     try:
-        return ScpiRig(rig_config, Keysight33500B(gen_link), InfiniiVision(dig_link, timeout_ms=d.timeout_ms))
+        cls = ScpiRig if spec.identify is None else IdentifyingScpiRig
+        return cls(rig_config, Keysight33500B(gen_link), InfiniiVision(dig_link, timeout_ms=d.timeout_ms))
     except Exception:
         gen_link.close()
         dig_link.close()
         raise
 
 
-KIND = register(RigKind("scpi", ("generator", "digitiser"), parse, open))
+KIND = register(RigKind("scpi", ("generator", "digitiser", "identify"), parse, open))

@@ -60,7 +60,7 @@ from ...errors import InstrumentError, LimitExceeded
 from .. import Acquisition, RigDescription
 from .keysight33500b import DAC_FULL_SCALE, MIN_AMPLITUDE_VPP, Keysight33500B
 
-__all__ = ["ScpiRig", "ScpiAcquisition", "synthesise", "record_window", "RECORD_SLACK_SAMPLES"]
+__all__ = ["ScpiRig", "IdentifyingScpiRig", "ScpiAcquisition", "synthesise", "record_window", "RECORD_SLACK_SAMPLES"]
 
 RECORD_SLACK_SAMPLES = 4  # the digitiser records this many samples more than the periods asked
 LIMIT_RTOL = 1e-12  # float slack of the peak check (as hbtest.rig.check_voltage); writes round toward zero
@@ -134,6 +134,7 @@ class ScpiRig:
         self._record = None
         self._theta, self._t_sync, self._f_sync = 0.0, None, 0.0  # demand phase at the last restart
         self._restart_latency_s = 0.01  # from computing a waveform to its restart (running estimate)
+        self._edges_placed = True  # the first record after a restart has placed its Sync edges on the clock
         self._idn = {"generator": generator.identify(), "digitiser": digitiser.identify()}
         generator.setup()
         digitiser.setup(self.spec.digitiser.trigger_level_v)
@@ -221,8 +222,9 @@ class ScpiRig:
             self.gen.arm_channel(c.channel, c.voltage_limit_v, np.zeros(g.arb_points, dtype=np.int16), rate, 0.0, 0.0)
         self.gen.set_sync_output(g.sync_channel)
         self.gen.sync_arbs()
+        errors = self.gen.errors()  # replied once the restart is done (see _apply)
         self._theta, self._t_sync, self._f_sync = 0.0, self._clock(), frequency_hz
-        errors = self.gen.errors()
+        self._edges_placed = True  # no record is taken before the first demand step restarts again
         if errors:
             self.gen.outputs_off([c.channel for c in self._gen_channels])
             raise InstrumentError(f"{self.gen.name}: refused the arming sequence: {'; '.join(errors)}")
@@ -254,10 +256,15 @@ class ScpiRig:
                 self.gen.upload_arb(c.channel, codes, rate)
             self.gen.set_level(c.channel, amplitude, offset)
         self.gen.sync_arbs()
+        # the restart time is when the generator has done it, not when it was asked: writes queue up
+        # behind the waveform uploads (~20 ms through the simulated bench, 0.4 periods at 19 Hz, which
+        # mis-counted the periods between records and put a phase jump into every ramp step); the
+        # reply to the error query comes after every write before it has been carried out
+        self.gen.check_errors("the demand")
         t_sync = self._clock()
         self._restart_latency_s = 0.5 * self._restart_latency_s + 0.5 * (t_sync - t_start)
         self._theta, self._t_sync, self._f_sync = theta, t_sync, frequency_hz
-        self.gen.check_errors("the demand")
+        self._edges_placed = False
 
     def _phase_at(self, t: float) -> float:
         """Demand phase [rad] of the fundamental at clock time ``t`` (0 before any restart)."""
@@ -301,9 +308,23 @@ class ScpiRig:
         """The Sync edge a record triggered on, on the rig clock: the edges fall every period
         after the last restart (:attr:`_t_sync`, at demand phase :attr:`_theta`); the one
         nearest ``estimate_s`` [s since open]. Returns (periods since the restart, its clock
-        time [s since open]). Exact between records of one demand (mains stay coherent)."""
+        time [s since open]). Exact between records of one demand (mains stay coherent).
+
+        The restart's clock time is only bracketed by the host (between its command and the
+        reply to the next query: tens of ms through the simulated bench, most of a period), so
+        the first record after a restart places the edges: its trigger is an edge, so the
+        restart time moves by the fraction of a period the record's estimate is off the edge
+        grid. Later records then round against a grid that their estimates sit on, off only by
+        the jitter of the reply latency (half a period of margin, not what the bracket left)."""
         t_sync = (self._t_sync if self._t_sync is not None else self._t_open) - self._t_open
-        k = max(0, round((estimate_s - t_sync) * f))
+        x = (estimate_s - t_sync) * f
+        k = max(0, round(x))
+        if self._t_sync is not None and not self._edges_placed:
+            delta = (x - round(x)) / f
+            self._t_sync += delta
+            self._restart_latency_s += 0.5 * delta  # the last sample of the running estimate, corrected
+            t_sync += delta
+            self._edges_placed = True
         return k, t_sync + k / f
 
     def wait(self, n_periods: float) -> None:
@@ -338,3 +359,24 @@ class ScpiRig:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class IdentifyingScpiRig(ScpiRig):
+    """A :class:`ScpiRig` whose rig file has an ``[identify]`` table: it offers its modes
+    (:class:`hbtest.rig.capabilities.KnownModes`), measured by the free-decay experiment
+    (:func:`hbtest.rig.identify.free_decay_modes`) at the first :meth:`modes` call of the
+    connection — before the first demand of a sweep, counted in its rig time — and leaves the
+    outputs at zero demand after it. :attr:`identification_s`: the rig time it took [s]."""
+
+    identification_s: float | None = None
+    _identified: np.ndarray | None = None
+
+    def modes(self) -> np.ndarray:
+        if self._identified is None:
+            from ..identify import free_decay_modes
+
+            ident = self.spec.identify
+            t0 = self.elapsed_s
+            self._identified = free_decay_modes(self, ident.voltage_v, ident.band_hz, ident.decay_s)
+            self.identification_s = self.elapsed_s - t0
+        return self._identified
