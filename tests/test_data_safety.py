@@ -253,7 +253,8 @@ def test_sigterm_marks_interrupted_and_resume_finishes(tmp_path, capsys):
     finally:
         stop(child)
     assert rc == 143, child.err.read_text()
-    assert took < 5.0, f"SIGTERM took {took:.1f} s"
+    # a hang guard: 0.7-3.9 s measured with two suites loading the 2 cores (the threshold audit)
+    assert took < 10.0, f"SIGTERM took {took:.1f} s"
     assert "terminated" in child.err.read_text().lower()
     a = attrs(store)
     assert a["status"] == "interrupted" and a["stop_cause"] == "signal", a

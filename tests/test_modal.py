@@ -52,7 +52,10 @@ def test_uncertainty_covers_the_true_error_on_the_twin(twin15):
     for dof in ("u", "theta"):
         cov = uncertainty_coverage(ds, dof=dof)
         assert cov["n"] == 15
-        assert cov["complex"] >= 0.9 and cov["magnitude"] >= 0.85
+        # 15 points against their 95 % intervals: the misses are binomial (n 15, p 0.05) when the
+        # statement is right; at most 3 misses holds with probability 0.9945 (at most 1, the old
+        # bound of 0.9, only 0.83: the audit saw 0.933 at one seed shift)
+        assert cov["complex"] >= 0.8 and cov["magnitude"] >= 0.8
         # right on average, neither blind nor wildly conservative
         assert 0.4 < cov["rms_normalised_error"] < 1.5
 
