@@ -156,7 +156,9 @@ def test_calibrated_resonance_sweep_error_is_covered_by_the_stated_uncertainty(t
     with that calibration: FRF error <= 1 % and 2 u_H covers the true error at every point."""
     r = calibrated_coverage(tmp_path, [1])
     assert r["max_relative_error"] <= 0.01
-    assert r["coverage"] >= 0.95
+    # 2 u_H covers 95.4 % when the statement is right: over n = 14 values the misses are binomial,
+    # at most 3 with probability 0.998 (none, the old ">= 0.95", only 0.52: 2 misses at SEED_SHIFT=2)
+    assert (1 - r["coverage"]) * r["n"] <= 3 + 1e-9, r
     assert r["median_calibration_share"] > 0.5  # the calibration part is the main one here
 
 
@@ -164,7 +166,7 @@ def test_calibrated_resonance_sweep_error_is_covered_by_the_stated_uncertainty(t
 def test_calibrated_coverage_over_seeds(tmp_path):
     r = calibrated_coverage(tmp_path, range(1, 11))
     assert r["max_relative_error"] <= 0.01
-    assert r["coverage"] >= 0.95
+    assert r["coverage"] >= 0.90  # binomial over 140 values: 0.954 expected, sd 0.018, bound 3 sd below
     assert 0.2 < r["rms_normalised_error"] < 1.5  # neither far too small nor far too large
 
 
