@@ -132,7 +132,9 @@ def test_measured_sync_is_the_last_measured_state_against_its_numerical_counterp
         # solution_offset is measured from the pooled estimate at the last demand: within 10 %
         assert float(ds.solution_offset.values[i]) == pytest.approx(np.linalg.norm(dU), rel=0.1)
     measured = np.abs(ds.measured_sync_amplitude_ratio.sel(harmonic=1).values - 1)
-    assert measured.min() > 1e-5 and measured.max() < SYNC_RATIO_TOLERANCE  # 0.001 % .. 1 %
+    # not zero: the median, not the minimum (one |r - 1| of many can fall arbitrarily near zero: 1.3e-6 once on
+    # OpenBLAS Sandybridge); medians measured 5e-4 to 2e-3 on the paper sweep
+    assert np.median(measured) > 1e-5 and measured.max() < SYNC_RATIO_TOLERANCE  # 0.001 % .. 1 %
     assert np.abs(ds.sync_amplitude_ratio.sel(harmonic=1).values - 1).max() < 1e-9
 
 
