@@ -119,18 +119,10 @@ class InfiniiVision:
 
     def errors(self, max_reads: int = 20) -> list[str]:
         """Drain the error queue (``:SYSTem:ERRor?``) until ``+0,"No error"``."""
-        out = []
-        for _ in range(max_reads):
-            e = self.link.query(":SYST:ERR?")
-            if e.split(",")[0].strip().lstrip("+") in ("0", "-0"):
-                break
-            out.append(e)
-        return out
+        return self.link.drain_errors(":SYST:ERR?", max_reads)
 
     def check_errors(self, after: str) -> None:
-        errors = self.errors()
-        if errors:
-            raise InstrumentError(f"{self.name}: error after {after}: {'; '.join(errors)}")
+        self.link.check_errors(after, ":SYST:ERR?")
 
     def configure_channel(self, ch: int, range_v: float, offset_v: float = 0.0) -> None:
         """DC coupled, 1 Mohm, full-scale ``range_v`` [V] (8 divisions) centred on ``offset_v``."""

@@ -120,19 +120,11 @@ class Keysight33500B:
 
     def check_errors(self, after: str) -> None:
         """``SYST:ERR?`` drained; any error is an InstrumentError naming ``after``."""
-        errors = self.errors()
-        if errors:
-            raise InstrumentError(f"{self.name}: error after {after}: {'; '.join(errors)}")
+        self.link.check_errors(after, "SYST:ERR?")
 
     def errors(self, max_reads: int = 20) -> list[str]:
         """Drain the error queue (``SYST:ERR?``) until ``+0,"No error"``."""
-        out = []
-        for _ in range(max_reads):
-            e = self.link.query("SYST:ERR?")
-            if e.split(",")[0].strip().lstrip("+") in ("0", "-0"):
-                break
-            out.append(e)
-        return out
+        return self.link.drain_errors("SYST:ERR?", max_reads)
 
     # -- per-channel settings ----------------------------------------------------------
     def set_load_infinity(self, ch: int) -> None:

@@ -171,6 +171,23 @@ class ScpiLink:
         return self._call(command, True, self.resource.query_binary_values, command, datatype=datatype,
                           is_big_endian=False, container=np.array)
 
+    def drain_errors(self, query: str = "SYST:ERR?", max_reads: int = 20) -> list[str]:
+        """The instrument's error queue, read with ``query`` until error 0 (``+0,"No error"``;
+        at most ``max_reads`` entries): the SCPI-99 queue every driver here shares."""
+        out = []
+        for _ in range(max_reads):
+            e = self.query(query)
+            if e.split(",")[0].strip().lstrip("+") in ("0", "-0"):
+                break
+            out.append(e)
+        return out
+
+    def check_errors(self, after: str, query: str = "SYST:ERR?") -> None:
+        """:meth:`drain_errors`; any error is an InstrumentError naming the instrument and ``after``."""
+        errors = self.drain_errors(query)
+        if errors:
+            raise InstrumentError(f"{self.name}: error after {after}: {'; '.join(errors)}")
+
     def bad_reply(self, command: str, reply, problem: str) -> InstrumentError:
         return InstrumentError(f"{self.name}: malformed reply to {command!r}: {problem}: {_shown(reply)}")
 

@@ -68,18 +68,10 @@ class RedPitaya:
 
     def errors(self, max_reads: int = 20) -> list[str]:
         """Drain ``SYST:ERR?`` until error 0."""
-        out = []
-        for _ in range(max_reads):
-            e = self.link.query("SYST:ERR?")
-            if e.split(",")[0].strip().lstrip("+") in ("0", "-0"):
-                break
-            out.append(e)
-        return out
+        return self.link.drain_errors("SYST:ERR?", max_reads)
 
     def check_errors(self, after: str) -> None:
-        errors = self.errors()
-        if errors:
-            raise InstrumentError(f"{self.name}: error after {after}: {'; '.join(errors)}")
+        self.link.check_errors(after, "SYST:ERR?")
 
     # -- generator -----------------------------------------------------------------------------
     def reset(self) -> None:
