@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hbtest.config import load_rig  # noqa: E402
-from hbtest.rig.virtual.noisefit import gauge_strain_map, line_fit, mains_frequency  # noqa: E402
+from hbtest.rig.virtual.noisefit import BAND_HZ, band_density, gauge_strain_map, line_fit, mains_frequency  # noqa: E402
 
 MULTIPLES = (1, 2, 3, 4, 5)
 ROWS = {"in1": 0, "in2": 1, "in3": 2, "in4": 3, "in5": 4, "in6": 5}
@@ -84,20 +84,22 @@ def circ(z):
 
 def fit(d):
     pts = lab_points(d)
-    lines, rms, fm = [], [], []
+    lines, rms, fm, dens = [], [], [], []
     corr = {"in1_in2": [], "in5_in6": []}
     for p in pts:
         y, phi, t = stream(d, p)
         A, r = line_fit(y, phi, t, 50.0, MULTIPLES)
         lines.append(A)
         rms.append(r)
+        dens.append(band_density(y, phi, t, BAND_HZ, 50.0, MULTIPLES))
         fm.append(mains_frequency(y[0], phi, t, step=0.01, hi=50.3))
         # broadband correlation between the paired channels (fit residuals)
         for key, (a, b) in (("in1_in2", (0, 1)), ("in5_in6", (4, 5))):
             ra = _residual(y[a], phi, t)
             rb = _residual(y[b], phi, t)
             corr[key].append(float(np.corrcoef(ra, rb)[0, 1]))
-    return pts, np.array(lines), np.array(rms), np.array(fm), {k: np.array(v) for k, v in corr.items()}
+    corr_a = {k: np.array(v) for k, v in corr.items()}
+    return pts, np.array(lines), np.array(rms), np.array(fm), corr_a, np.array(dens)
 
 
 def _residual(y, phi, t):
@@ -107,7 +109,7 @@ def _residual(y, phi, t):
     return y - A @ np.linalg.lstsq(A, y, rcond=None)[0]
 
 
-def summarise(d, pts, lines, rms, fm, corr):
+def summarise(d, pts, lines, rms, fm, corr, dens):
     fs_lab = float(d["sample_rate_hz"])
     out = {"channels": {}, "relative_phase": {}}
     for name, r in ROWS.items():
@@ -120,6 +122,10 @@ def summarise(d, pts, lines, rms, fm, corr):
             "broadband_rms_median": float(np.median(rms[:, r])),
             "broadband_rms_p10": float(np.percentile(rms[:, r], 10)),
             "broadband_rms_p90": float(np.percentile(rms[:, r], 90)),
+            # per sqrt(Hz), in BAND_HZ: where a harmonic estimate takes its broadband noise from
+            "band_density_median": float(np.median(dens[:, r])),
+            "band_density_p10": float(np.percentile(dens[:, r], 10)),
+            "band_density_p90": float(np.percentile(dens[:, r], 90)),
         }
         # the waveform: phase of multiple h relative to h x the fundamental's phase
         out["channels"][name]["harmonic_phase_deg"] = []
@@ -151,6 +157,7 @@ def summarise(d, pts, lines, rms, fm, corr):
         "consecutive_point_change_hz": float(1.4826 * np.median(np.abs(steps)) / np.sqrt(2)),
         "note": "front gauge (in1), 50/150/250 Hz lines; time base = the box's nominal 10 kHz",
     }
+    out["band_hz"] = list(BAND_HZ)
     out["sample_rate_hz"] = fs_lab
     out["points"] = int(pts.size)
     out["multiples"] = list(MULTIPLES)
@@ -298,8 +305,8 @@ def main(argv=None):
         print(f"fit_lab_noise: {src} not found (set --lab or HBTEST_LAB_DIR)", file=sys.stderr)
         return 2
     d = np.load(src)
-    pts, lines, rms, fm, corr = fit(d)
-    summary = summarise(d, pts, lines, rms, fm, corr)
+    pts, lines, rms, fm, corr, dens = fit(d)
+    summary = summarise(d, pts, lines, rms, fm, corr, dens)
     doc = {
         "provenance": {
             "source": "lab_records.npz (decoded from github.com/av3116/Iterative-method-for-Real-Time-Hybrid-testing, "

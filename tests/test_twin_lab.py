@@ -21,6 +21,7 @@ from hbtest.config import load_rig
 from hbtest.errors import ConfigError
 from hbtest.rig.virtual import VirtualRig
 from hbtest.rig.virtual.noisefit import (
+    band_density,
     gauge_strain_map,
     line_fit,
     lines_to_front_back,
@@ -51,6 +52,20 @@ def test_line_fit_recovers_known_lines_exactly():
     lines, rms = line_fit(y[None, :], phi, t)
     np.testing.assert_allclose(lines[0], A, atol=1e-12)
     assert rms[0] < 1e-12
+
+
+def test_band_density_of_white_noise_and_blind_to_the_fitted_lines():
+    """White noise of s.d. sigma at fs has the one-sided density sigma / sqrt(fs / 2); lines the
+    fit removes (forcing orders, mains multiples) leave the estimate unchanged (the fit is linear)."""
+    fs, f, sigma = 10000.0, 17.3, 0.02
+    t = np.arange(int(2 * fs / f)) / fs
+    phi = 2 * np.pi * f * t
+    y = np.random.default_rng(7).normal(0.0, sigma, (400, t.size))
+    d = band_density(y, phi, t)
+    # 20 seeds: mean 0.997, sd 0.018 of the ratio; 0.07 is 3.8 sd
+    assert np.sqrt(np.mean(d**2)) == pytest.approx(sigma / np.sqrt(fs / 2), rel=0.07)
+    lines = 0.5 * np.sin(3 * phi) + 0.08 * np.cos(2 * np.pi * 150.0 * t + 0.3)
+    np.testing.assert_allclose(band_density(y + lines, phi, t), d, rtol=1e-7)
 
 
 def test_fixture_streams_give_the_tabled_statistics():
@@ -150,7 +165,7 @@ def test_twin_matches_the_lab_statistics():
     freqs = np.asarray(FIXTURE["frequency_hz"])
     logs: dict[str, list[float]] = {}
     for seed in range(1, 5):
-        amps, rms = b.twin_streams(RIG, seed, freqs[np.linspace(0, freqs.size - 1, 30).astype(int)])
+        amps, rms, _ = b.twin_streams(RIG, seed, freqs[np.linspace(0, freqs.size - 1, 30).astype(int)])
         reads = b.twin_reads(RIG, seed, reads=40, evaluations=1, frequencies=(16.5, 18.5))
         for n, lab, t, _ in b.compare(FIT, amps, rms, reads):
             logs.setdefault(n, []).append(float(np.log(t / lab)))
