@@ -15,7 +15,7 @@ from hbtest.config import load_rig
 from hbtest.errors import InstrumentError, LimitExceeded
 from hbtest.rig import open_rig
 from hbtest.rig.helic import codec as c
-from hbtest.rig.helic.client import StreamReceiver
+from hbtest.rig.helic.client import StreamReceiver, _sample_indices
 from hbtest.rig.helic.server import HelicServer, burst_datagrams
 from hbtest.rig.virtual import VirtualRig
 
@@ -94,6 +94,15 @@ def test_a_whole_burst_reaches_a_host_that_is_not_reading_without_loss(served):
         rx.close()
     assert rec.complete and rec.values.shape == (count, m) and rec.lost == 0
     assert np.array_equal(rec.indices, rec.indices[0] + np.arange(count))
+
+
+def test_sample_indices_follow_each_datagrams_first_index_and_decimation():
+    def idx(*cols):
+        return _sample_indices(*(np.array(x, np.int64) for x in cols)).tolist()
+
+    assert idx([10, 16], [2, 2], [3, 5]) == list(range(10, 26, 2))  # one progression
+    assert idx([10, 16, 30], [2, 2, 1], [3, 4, 2]) == [10, 12, 14, 16, 18, 20, 22, 30, 31]  # a gap, a new decimation
+    assert idx([7, 10], [1, 1], [2, 1]) == [7, 8, 10]
 
 
 def test_an_error_frame_is_one_line_naming_the_device_and_the_error(served):

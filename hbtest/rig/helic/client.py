@@ -163,7 +163,7 @@ class StreamReceiver:
         """Receive the ``count`` records of the stream just started (waiting ``timeout_s``
         per datagram; after a gap, the stream counts as over once silent ``IDLE_END_S``).
         Each receive call's datagrams are decoded at once (:func:`codec.decode_packets`)."""
-        heads: list[np.ndarray] = []
+        heads: list[tuple] = []  # (first index, decimation, records) per datagram, per receive call
         values: list[np.ndarray] = []
         lost, seq_next, first, timeout, n = 0, 0, None, None, 0
         start_dropped = dropped = self.dropped_seen
@@ -190,7 +190,7 @@ class StreamReceiver:
                 h, v = h[:end + 1], v[:int(h["n"][:end + 1].sum())]
             lost += int(np.maximum(0, seq[:h.size] - np.concatenate([[seq_next], seq[:h.size - 1] + 1])).sum())
             seq_next, dropped = int(seq[h.size - 1]) + 1, int(h["dropped"][-1])
-            heads.append(h)
+            heads.append((h["first"], h["dec"], h["n"]))
             values.append(v)
             n += v.shape[0]
             if end < h.size:
@@ -199,13 +199,21 @@ class StreamReceiver:
         grown = 0 if start_dropped is None or dropped is None else (dropped - start_dropped) % (1 << 32)
         if not heads:
             return Record(np.zeros((0, n_values), "<f4"), np.zeros(0, np.int64), lost, grown)
-        hs = np.concatenate(heads)
-        fis, decs, sizes = (hs[k].astype(np.int64) for k in ("first", "dec", "n"))
-        starts = np.repeat(fis, sizes) + np.repeat(decs, sizes) * (np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes))
-        return Record(np.concatenate(values), starts, lost, grown)
+        indices = _sample_indices(*(np.concatenate(x).astype(np.int64) for x in zip(*heads)))
+        return Record(np.concatenate(values), indices, lost, grown)
 
     def close(self) -> None:
         self.sock.close()
+
+
+def _sample_indices(fis: np.ndarray, decs: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The sample index of every record of datagrams with first indices ``fis``, decimations
+    ``decs`` and record counts ``sizes``, in order."""
+    base = fis - decs * (np.cumsum(sizes) - sizes)  # index of record j of datagram i: base_i + dec_i j
+    k = np.arange(sizes.sum())
+    if np.all(base == base[0]) and np.all(decs == decs[0]):  # one progression: no gap (the usual case)
+        return base[0] + decs[0] * k
+    return np.repeat(base, sizes) + np.repeat(decs, sizes) * k
 
 
 def _stream_end(heads: np.ndarray, first: int | None, count: int) -> int:

@@ -392,13 +392,14 @@ def decode_packets(data, size: int, m: int) -> tuple[np.ndarray, np.ndarray]:
     lengths[whole:] = rest
     ok = ((heads["magic"] == MAGIC) & (heads["version"] == VERSION) & (heads["m"] == m) & (m > 0)
           & (lengths == PACKET_HEADER.size + 4 * m * heads["n"].astype(np.int64)))
+    every = bool(ok.all())  # the usual case: no selection (copies of structured arrays are slow)
     parts = [np.zeros((0, m), "<f4")]
     if ok[:whole].any():
-        rows = buf[:whole * size].reshape(whole, size)[ok[:whole], PACKET_HEADER.size:]
-        parts.append(np.ascontiguousarray(rows).view("<f4").reshape(-1, m))
+        rows = buf[:whole * size].reshape(whole, size)[:, PACKET_HEADER.size:]
+        parts.append(np.ascontiguousarray(rows if every else rows[ok[:whole]]).view("<f4").reshape(-1, m))
     if k > whole and ok[-1]:
         parts.append(np.frombuffer(data, "<f4", offset=whole * size + PACKET_HEADER.size).reshape(-1, m))
-    return heads[ok], np.concatenate(parts)
+    return heads if every else heads[ok], np.concatenate(parts) if len(parts) > 2 else parts[-1]
 
 
 # -- broker information and discovery beacon ---------------------------------------------------
