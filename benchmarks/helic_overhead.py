@@ -11,9 +11,12 @@ the transient fit off (the hbtest window rule with ``fit_transient=False``), and
 iterations and rig time (checked; printed as a warning otherwise). ``helic_overhead`` is
 ``helic wall / in-process wall - 1`` over all points; ``helic_cpu_overhead`` the same for
 CPU time (host process + served process against the in-process run), which the load of a
-shared machine moves much less than wall time. For information, the in-process run with
+shared machine moves less than wall time (still by up to ~30 % on a shared 2-core machine:
+docs/helic.md). For information, the in-process run with
 the profile's default (transient fit) is timed too (``inprocess_default_s_per_point``).
 Each variant runs ``--repeat`` times; the fastest counts (the machine is shared).
+``helic_overhead_per_repeat``: the same ratio within each repeat (an in-process run and
+the helic run right after it), to show how much the machine's load moved it.
 ``helic_counters``: the helic rig's counters of that run (records retaken, datagrams lost, ...);
 a warning is printed when any helic run retook a record or lost a datagram.
 
@@ -140,6 +143,8 @@ def main() -> None:
     print(f"helic_s_per_point={w_h.mean():.4f}")
     print(f"rig_s_per_point={s_in.mean():.3f}")
     print(f"helic_overhead={w_h.sum() / w_in.sum() - 1:.4f}")
+    paired = [h[0].sum() / i[0].sum() - 1 for i, h in zip(runs["in"], runs["helic"])]  # load moves between repeats
+    print("helic_overhead_per_repeat=" + ",".join(f"{x:.4f}" for x in paired))
     print(f"inprocess_cpu_s={cpu_in[0]:.3f}")
     print(f"helic_cpu_s_host={cpu_h[0]:.3f}")
     print(f"helic_cpu_s_served={cpu_h[1]:.3f}")

@@ -162,7 +162,8 @@ class StreamReceiver:
     def collect(self, count: int, n_values: int) -> Record:
         """Receive the ``count`` records of the stream just started (waiting ``timeout_s``
         per datagram; after a gap, the stream counts as over once silent ``IDLE_END_S``).
-        Each receive call's datagrams are decoded at once (:func:`codec.decode_packets`)."""
+        Each receive call's datagrams are decoded at once (:func:`codec.decode_packets`); a
+        datagram that is not a v3 stream packet of this layout is ignored."""
         heads: list[tuple] = []  # (first index, decimation, records) per datagram, per receive call
         values: list[np.ndarray] = []
         lost, seq_next, first, timeout, n = 0, 0, None, None, 0

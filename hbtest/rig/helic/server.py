@@ -600,7 +600,8 @@ class HelicServer:
         try:
             if len(part) > 1 and self._gso:
                 try:
-                    udp.sendmsg([part.data], [(socket.IPPROTO_UDP, UDP_SEGMENT, struct.pack("=H", part.shape[1]))], 0, dest)
+                    segment = [(socket.IPPROTO_UDP, UDP_SEGMENT, struct.pack("=H", part.shape[1]))]
+                    udp.sendmsg([part.data], segment, 0, dest)
                     return
                 except OSError:
                     self._gso = False  # not offered here: one call per datagram
