@@ -11,9 +11,14 @@ the transient fit off (the hbtest window rule with ``fit_transient=False``), and
 iterations and rig time (checked; printed as a warning otherwise). ``helic_overhead`` is
 ``helic wall / in-process wall - 1`` over all points; ``helic_cpu_overhead`` the same for
 CPU time (host process + served process against the in-process run), which the load of a
-shared machine moves much less than wall time. For information, the in-process run with
+shared machine moves less than wall time (still by up to ~30 % on a shared 2-core machine:
+docs/helic.md). For information, the in-process run with
 the profile's default (transient fit) is timed too (``inprocess_default_s_per_point``).
 Each variant runs ``--repeat`` times; the fastest counts (the machine is shared).
+``helic_overhead_per_repeat``: the same ratio within each repeat (an in-process run and
+the helic run right after it), to show how much the machine's load moved it.
+``helic_counters``: the helic rig's counters of that run (records retaken, datagrams lost, ...);
+a warning is printed when any helic run retook a record or lost a datagram.
 
     python benchmarks/helic_overhead.py [--points N] [--repeat R]
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import re
 import signal
@@ -58,7 +64,7 @@ def cpu_s(pid: int | None) -> float:
 
 def timed_sweep(overrides, store: Path, fit_transient: bool = True, server: int | None = None):
     """(per-point wall seconds, per-point rig seconds, iterations, tables, CPU seconds of this
-    process and of the ``server`` process over the points) of one sweep."""
+    process and of the ``server`` process over the points, the rig's counters) of one sweep."""
     from hbtest.point.profiles import HbtestProfile
 
     stamps, cpu = [], []
@@ -78,7 +84,8 @@ def timed_sweep(overrides, store: Path, fit_transient: bool = True, server: int 
         HbtestProfile.window_rule = saved
     tables = {name: ds[name].values for name in TABLES}
     used = np.array(cpu[-1]) - np.array(cpu[0])
-    return np.diff(stamps), ds.rig_periods.values / ds.frequency.values, ds.iterations.values, tables, used
+    counters = json.loads(ds.attrs.get("rig_counters", "{}"))
+    return np.diff(stamps), ds.rig_periods.values / ds.frequency.values, ds.iterations.values, tables, used, counters
 
 
 def serve(protocol: str = "helic", *options: str):
@@ -120,9 +127,12 @@ def main() -> None:
                 p.send_signal(signal.SIGTERM)
                 p.communicate(timeout=30)
     best = {k: min(v, key=lambda x: x[0].sum()) for k, v in runs.items()}  # fastest repeat
-    (w_in, s_in, it_in, tab_in, cpu_in), (w_h, s_h, it_h, tab_h, cpu_h) = best["in"], best["helic"]
+    (w_in, s_in, it_in, tab_in, cpu_in, _), (w_h, s_h, it_h, tab_h, cpu_h, counts) = best["in"], best["helic"]
     if not (np.array_equal(it_in, it_h) and np.allclose(s_in, s_h, rtol=1e-9)):
         print(f"warning: runs differ (iterations {it_in.tolist()} vs {it_h.tolist()})")
+    lossy = [r[5] for r in runs["helic"] if r[5].get("retaken") or r[5].get("lost_datagrams")]
+    if lossy:
+        print(f"warning: records retaken or datagrams lost in {len(lossy)} of {len(runs['helic'])} helic runs: {lossy}")
     print(f"{'point':>5} {'iter':>5} {'rig [s]':>8} {'in-process [s]':>15} {'helic [s]':>10} {'overhead':>9}")
     for i in range(len(w_in)):
         ratio = w_h[i] / w_in[i] - 1
@@ -133,10 +143,13 @@ def main() -> None:
     print(f"helic_s_per_point={w_h.mean():.4f}")
     print(f"rig_s_per_point={s_in.mean():.3f}")
     print(f"helic_overhead={w_h.sum() / w_in.sum() - 1:.4f}")
+    paired = [h[0].sum() / i[0].sum() - 1 for i, h in zip(runs["in"], runs["helic"])]  # load moves between repeats
+    print("helic_overhead_per_repeat=" + ",".join(f"{x:.4f}" for x in paired))
     print(f"inprocess_cpu_s={cpu_in[0]:.3f}")
     print(f"helic_cpu_s_host={cpu_h[0]:.3f}")
     print(f"helic_cpu_s_served={cpu_h[1]:.3f}")
     print(f"helic_cpu_overhead={cpu_h.sum() / cpu_in[0] - 1:.4f}")
+    print("helic_counters=" + ",".join(f"{k}:{v}" for k, v in counts.items()))
     for name in TABLES:  # largest difference relative to the table's largest magnitude, per harmonic/DOF
         a, b = tab_in[name], tab_h[name]
         scale = np.max(np.abs(a), axis=0, keepdims=True)

@@ -4,6 +4,7 @@ frames give one line naming the device; limits are enforced before anything is w
 device disarms when the host goes away."""
 
 import re
+import struct
 
 import numpy as np
 import pytest
@@ -14,7 +15,8 @@ from hbtest.config import load_rig
 from hbtest.errors import InstrumentError, LimitExceeded
 from hbtest.rig import open_rig
 from hbtest.rig.helic import codec as c
-from hbtest.rig.helic.server import HelicServer
+from hbtest.rig.helic.client import StreamReceiver, _sample_indices
+from hbtest.rig.helic.server import HelicServer, burst_datagrams
 from hbtest.rig.virtual import VirtualRig
 
 
@@ -39,6 +41,68 @@ def test_records_are_the_in_process_twins_for_the_f32_demand(served):
     for k in a.data:
         np.testing.assert_array_equal(a.data[k], b.data[k].astype(np.float32))
     np.testing.assert_allclose(a.t, b.t, rtol=0, atol=1e-10)
+
+
+def test_a_coefficient_set_the_device_holds_is_not_written_again(served):
+    """Per set_demand the SetPar transcript: everything at first; then only the changed set;
+    for an unchanged demand one set (a demand write always reaches the device and ramps, as
+    the in-process twin's does): the records stay the in-process twin's."""
+    srv, path = served
+    names = [p.d.name for p in srv.device.params]
+    log: list[str] = []
+    handle = srv.device.handle
+
+    def logged(msg_type, payload):
+        if msg_type == c.MsgType.SET_PAR:
+            log.append(names[struct.unpack_from("<H", payload)[0]])
+        return handle(msg_type, payload)
+
+    srv.device.handle = logged
+    V = np.array([[1.0 - 0.5j], [0.4 + 0.1j]], np.complex64)
+    W = V + np.array([[0], [0.25j]], np.complex64)
+    twin = VirtualRig(load_rig(TWIN))
+    transcripts = []
+    with open_rig(load_rig(path)) as rig:
+        for U in (V, W, W):
+            log.clear()
+            rig.set_demand(16.5, U, [1])
+            twin.set_demand(16.5, U, [1])
+            transcripts.append(list(log))
+            a, b = rig.acquire(3), twin.acquire(3)
+            assert rig.elapsed_s == pytest.approx(twin.elapsed_s, abs=1e-12)
+            for k in a.data:
+                np.testing.assert_array_equal(a.data[k], b.data[k].astype(np.float32))
+    assert transcripts == [["diag_reset", "arm", "ramp_periods", "freq", "forcing_coeffs", "forcing2_coeffs"],
+                           ["forcing2_coeffs"], ["forcing_coeffs"]]
+
+
+def test_a_whole_burst_reaches_a_host_that_is_not_reading_without_loss(served):
+    """The served twin sends burst_datagrams back to back (here while the host is not reading
+    at all: the same thread sends, then collects) over a real loopback socket: the host's
+    receive buffer holds them all, none lost."""
+    srv, path = served
+    burst = burst_datagrams("127.0.0.1")
+    m = 6
+    count = burst * c.records_per_packet(m)
+    dev = srv.device
+    dev.stream_cfg = type(dev.stream_cfg)(1, count, (0, 1, 2, 3, 4, 5), True)
+    rx = StreamReceiver("test host", "127.0.0.1", srv.stream_port, 5.0)
+    try:
+        srv._send_stream(("127.0.0.1", rx.port))
+        rec = rx.collect(count, m)
+    finally:
+        rx.close()
+    assert rec.complete and rec.values.shape == (count, m) and rec.lost == 0
+    assert np.array_equal(rec.indices, rec.indices[0] + np.arange(count))
+
+
+def test_sample_indices_follow_each_datagrams_first_index_and_decimation():
+    def idx(*cols):
+        return _sample_indices(*(np.array(x, np.int64) for x in cols)).tolist()
+
+    assert idx([10, 16], [2, 2], [3, 5]) == list(range(10, 26, 2))  # one progression
+    assert idx([10, 16, 30], [2, 2, 1], [3, 4, 2]) == [10, 12, 14, 16, 18, 20, 22, 30, 31]  # a gap, a new decimation
+    assert idx([7, 10], [1, 1], [2, 1]) == [7, 8, 10]
 
 
 def test_an_error_frame_is_one_line_naming_the_device_and_the_error(served):

@@ -126,3 +126,41 @@ def test_param_pages_never_split_a_definition():
     np.testing.assert_array_equal(c.unpack_value(defs[0], c.pack_value(defs[0], values)), values)
     text = c.ParamDef("experiment", "c", 16, False)
     assert c.unpack_value(text, c.pack_value(text, "twin")) == "twin"
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 8), st.integers(1, 12), st.integers(0, 10), st.booleans(), st.integers(0, 2**31))
+def test_a_coalesced_receive_decodes_as_its_datagrams_one_by_one(m, whole, junk_at, short_last, first):
+    """decode_packets (one receive of consecutive datagrams of one size, the last shorter) gives
+    the headers and values that decode_packet gives datagram by datagram, without the junk."""
+    rng = np.random.default_rng(m * 100 + whole)
+    per = c.records_per_packet(m)
+    packets = [c.StreamPacket(s, first + per * s, 7, 1, rng.standard_normal((per, m)).astype(np.float32))
+               for s in range(whole)]
+    if short_last:
+        packets.append(c.StreamPacket(whole, first + per * whole, 7, 1, np.ones((max(1, per // 3), m), np.float32)))
+    datagrams = [c.encode_packet(p) for p in packets]
+    size = len(datagrams[0])
+    if junk_at < whole:  # a foreign datagram of the same size (bad magic) among them
+        datagrams.insert(junk_at, b"\x00" * size)
+    heads, values = c.decode_packets(b"".join(datagrams), size, m)
+    want = [c.decode_packet(d) for d in datagrams if d[:2] != b"\x00\x00"]
+    assert heads["seq"].tolist() == [p.seq for p in want] and heads["first"].tolist() == [p.first_index for p in want]
+    assert set(heads["dropped"].tolist()) <= {7} and heads["n"].tolist() == [len(p.values) for p in want]
+    np.testing.assert_array_equal(values, np.concatenate([p.values for p in want]))
+    assert c.decode_packets(b"".join(datagrams), size, m + 1)[0].size == 0  # another stream's layout
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 8), st.integers(1, 400), st.integers(1, 3), st.integers(0, 2**32 + 5))
+def test_the_served_twins_packet_runs_are_the_datagrams_encoded_one_by_one(m, n, dec, first):
+    from hbtest.rig.helic.server import _whole_packets
+
+    values = np.random.default_rng(n).standard_normal((n, m)).astype(np.float32)
+    idx = first + dec * np.arange(n, dtype=np.int64)
+    per = c.records_per_packet(m)
+    want = [c.encode_packet(c.StreamPacket(s, int(idx[i]) & 0xFFFFFFFF, 3, dec, values[i:i + per]))
+            for s, i in enumerate(range(0, n, per))]
+    runs = list(_whole_packets(values, idx, dec, 3))
+    assert all(len({len(row) for row in run}) == 1 for run in runs)
+    assert [row.tobytes() for run in runs for row in run] == want

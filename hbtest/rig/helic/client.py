@@ -147,65 +147,85 @@ class StreamReceiver:
         finally:
             self.sock.setblocking(True)
 
-    def _receive(self) -> list:
-        """The datagrams of one receive call: several when the kernel coalesced consecutive
-        datagrams of the same size (UDP GRO; the segment size comes with them), else one."""
+    def _receive(self) -> tuple[bytes, int]:
+        """The datagrams of one receive call as ``(data, size)``: consecutive datagrams of
+        ``size`` bytes (the last may be shorter) when the kernel coalesced them (UDP GRO; the
+        segment size comes with them), else one datagram (``size = len(data)``)."""
         if not self.gro:
-            return [self.sock.recv(65536)]
+            data = self.sock.recv(65536)
+            return data, len(data)
         data, ancillary, _, _ = self.sock.recvmsg(GRO_BUFFER, socket.CMSG_SPACE(4))
         size = next((struct.unpack("=i", d[:4])[0] for level, kind, d in ancillary
                      if level == socket.IPPROTO_UDP and kind == UDP_GRO), 0)
-        if size <= 0 or size >= len(data):
-            return [data]
-        view = memoryview(data)
-        return [view[i:i + size] for i in range(0, len(data), size)]
+        return data, size if 0 < size < len(data) else max(len(data), 1)
 
     def collect(self, count: int, n_values: int) -> Record:
         """Receive the ``count`` records of the stream just started (waiting ``timeout_s``
         per datagram; after a gap, the stream counts as over once silent ``IDLE_END_S``).
-        Per datagram only its header is read; the values are decoded once, at the end."""
-        heads: list[tuple[int, int, int]] = []  # (first index, decimation, records) per datagram
-        payloads: list = []
-        lost, seq_next, first, timeout = 0, 0, None, None
+        Each receive call's datagrams are decoded at once (:func:`codec.decode_packets`); a
+        datagram that is not a v3 stream packet of this layout is ignored."""
+        heads: list[tuple] = []  # (first index, decimation, records) per datagram, per receive call
+        values: list[np.ndarray] = []
+        lost, seq_next, first, timeout, n = 0, 0, None, None, 0
         start_dropped = dropped = self.dropped_seen
-        n, receive, head, skip = 0, self._receive, c.packet_head, c.PACKET_HEADER.size
-        done = False
-        while n < count and not done:
+        while n < count:
             gap = lost or (start_dropped is not None and dropped != start_dropped)
             want = IDLE_END_S if (gap and heads) else self.timeout_s
             if want != timeout:
                 timeout = want
                 self.sock.settimeout(timeout)
             try:
-                batch = receive()
+                h, v = c.decode_packets(*self._receive(), n_values)
             except TimeoutError:
                 if heads:  # the end of the stream is missing (or was lost after a gap)
                     lost += int(not gap)
                     break
                 raise InstrumentError(f"{self.name}: stream stopped after {n} of {count} records (timeout)") from None
-            for data in batch:
-                m, seq, fi, dropped_now, dec, k = head(data)
-                if m != n_values:
-                    continue  # not this stream's layout
-                lost += max(0, seq - seq_next)
-                seq_next = seq + 1
-                dropped = dropped_now
-                first = fi if first is None and seq == 0 else first
-                heads.append((fi, dec, k))
-                payloads.append(memoryview(data)[skip:])
-                n += k
-                if first is not None and fi + dec * (k - 1) >= first + count - 1:
-                    done = True
-                    break
+            if not h.size:
+                continue  # not this stream's layout
+            seq = h["seq"].astype(np.int64)
+            if first is None and np.any(seq == 0):
+                first = int(h["first"][np.argmax(seq == 0)])
+            end = _stream_end(h, first, count)
+            if end < h.size:  # the datagram holding the stream's last record: the rest is not this stream's
+                h, v = h[:end + 1], v[:int(h["n"][:end + 1].sum())]
+            lost += int(np.maximum(0, seq[:h.size] - np.concatenate([[seq_next], seq[:h.size - 1] + 1])).sum())
+            seq_next, dropped = int(seq[h.size - 1]) + 1, int(h["dropped"][-1])
+            heads.append((h["first"], h["dec"], h["n"]))
+            values.append(v)
+            n += v.shape[0]
+            if end < h.size:
+                break
         self.dropped_seen = dropped
         grown = 0 if start_dropped is None or dropped is None else (dropped - start_dropped) % (1 << 32)
-        values = np.frombuffer(b"".join(payloads), "<f4").reshape(-1, n_values)
-        fis, decs, sizes = (np.array(x, np.int64) for x in zip(*heads))
-        starts = np.repeat(fis, sizes) + np.repeat(decs, sizes) * (np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes))
-        return Record(values, starts, lost, grown)
+        if not heads:
+            return Record(np.zeros((0, n_values), "<f4"), np.zeros(0, np.int64), lost, grown)
+        indices = _sample_indices(*(np.concatenate(x).astype(np.int64) for x in zip(*heads)))
+        return Record(np.concatenate(values), indices, lost, grown)
 
     def close(self) -> None:
         self.sock.close()
+
+
+def _sample_indices(fis: np.ndarray, decs: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The sample index of every record of datagrams with first indices ``fis``, decimations
+    ``decs`` and record counts ``sizes``, in order."""
+    base = fis - decs * (np.cumsum(sizes) - sizes)  # index of record j of datagram i: base_i + dec_i j
+    k = np.arange(sizes.sum())
+    if np.all(base == base[0]) and np.all(decs == decs[0]):  # one progression: no gap (the usual case)
+        return base[0] + decs[0] * k
+    return np.repeat(base, sizes) + np.repeat(decs, sizes) * k
+
+
+def _stream_end(heads: np.ndarray, first: int | None, count: int) -> int:
+    """Position in ``heads`` of the first datagram holding the last record of a stream of
+    ``count`` records from sample ``first`` (``heads.size`` when none does, or ``first`` is
+    not known: its first datagram was lost)."""
+    if first is None:
+        return heads.size
+    last = heads["first"].astype(np.int64) + heads["dec"].astype(np.int64) * (heads["n"].astype(np.int64) - 1)
+    hit = np.flatnonzero(last >= first + count - 1)
+    return int(hit[0]) if hit.size else heads.size
 
 
 def _enable_gro(sock: socket.socket) -> bool:
@@ -239,6 +259,7 @@ class HelicRig:
         self._armed = False
         self._closed = False
         self._held: dict[str, object] = {}  # scalar parameters and the stream setup this connection last wrote
+        self._identity: tuple | None = None  # (firmware, experiment) once read
         self.link = ControlLink(self.name, sp.host, sp.control_port, sp.timeout_s)
         try:
             self._discover()
@@ -337,8 +358,9 @@ class HelicRig:
 
     # -- protocol ----------------------------------------------------------------------------
     def describe(self) -> RigDescription:
-        fw = self._get("firmware") if "firmware" in self.params else ""
-        exp = self._get("experiment") if "experiment" in self.params else ""
+        if self._identity is None:  # read once per connection (read-only parameters)
+            self._identity = tuple(self._get(n) if n in self.params else "" for n in ("firmware", "experiment"))
+        fw, exp = self._identity
         details = dict(host=self.spec.host, control_port=self.spec.control_port, firmware=fw, experiment=exp,
                        harmonics=self.K, parameters=list(self.params), sources=list(self.sources),
                        idn=f"HELIC-DAQ v{self.status.version} {exp} ({fw})",
@@ -381,11 +403,15 @@ class HelicRig:
         nonzero = any(np.any(x != 0) for x in sets)
         if nonzero and not self._armed:
             self._arm()
-        sp = self.spec
+        sp, queued = self.spec, self._queued
         if sp.ramp_parameter:
             self._set_changed(sp.ramp_parameter, float(np.float32(ramp_periods)))
         self._set_changed(sp.frequency_parameter, float(np.float32(f)))
-        for (_, p), x in zip(sp.actuators, sets):
+        # a set the device holds already (written on this connection) is not written again, unless
+        # nothing else was: a demand write always reaches the device (it ramps, as the twin's does)
+        writes = [(p, x) for (_, p), x in zip(sp.actuators, sets)
+                  if p not in self._written or not np.array_equal(self._written[p], x)]
+        for p, x in writes or ([] if self._queued > queued else [(sp.actuators[0][1], sets[0])]):
             self._set(p, x)
             self._written[p] = x
         # the device ramps every demand write over ramp_periods (docs/helic.md); its clock moves on

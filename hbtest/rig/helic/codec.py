@@ -24,6 +24,7 @@ __all__ = [
     "MAGIC",
     "MAX_DATAGRAM",
     "MAX_PAYLOAD",
+    "PACKET_DTYPE",
     "VERSION",
     "Beacon",
     "BrokerInfo",
@@ -38,6 +39,7 @@ __all__ = [
     "crc16",
     "decode_beacon",
     "decode_error",
+    "decode_packets",
     "decode_frame",
     "decode_packet",
     "packet_head",
@@ -67,6 +69,8 @@ MAX_SOURCE_NAME = 15
 MAX_UNIT = 7
 HEADER = struct.Struct("<HBBH")
 PACKET_HEADER = struct.Struct("<HBBIIIHH")
+PACKET_DTYPE = np.dtype([("magic", "<u2"), ("version", "u1"), ("m", "u1"), ("seq", "<u4"), ("first", "<u4"),
+                         ("dropped", "<u4"), ("dec", "<u2"), ("n", "<u2")])  # PACKET_HEADER as a numpy record
 TYPE_SIZES = {"B": 1, "b": 1, "H": 2, "h": 2, "I": 4, "i": 4, "f": 4, "c": 1}
 
 
@@ -372,6 +376,30 @@ def decode_packet(data: bytes) -> StreamPacket:
     m, seq, first, dropped, dec, n = packet_head(data)
     values = np.frombuffer(data, dtype="<f4", offset=PACKET_HEADER.size).reshape(n, m)
     return StreamPacket(seq, first, dropped, dec, values)
+
+
+def decode_packets(data, size: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """The stream datagrams of ``m`` values per record among the consecutive datagrams of
+    ``size`` bytes in ``data`` (the last may be shorter: a receive the kernel coalesced, or one
+    datagram with ``size = len(data)``): their headers (PACKET_DTYPE) and their values, one
+    (records, m) f32 array, in order. A datagram that is not a whole v3 stream packet of that
+    layout is left out (as :func:`packet_head` would refuse it, or another stream's)."""
+    buf = np.frombuffer(data, np.uint8)
+    whole, rest = divmod(buf.size, size)
+    k = whole + int(rest >= PACKET_HEADER.size)
+    heads = np.ndarray((k,), PACKET_DTYPE, buf, 0, (size,))
+    lengths = np.full(k, size)
+    lengths[whole:] = rest
+    ok = ((heads["magic"] == MAGIC) & (heads["version"] == VERSION) & (heads["m"] == m) & (m > 0)
+          & (lengths == PACKET_HEADER.size + 4 * m * heads["n"].astype(np.int64)))
+    every = bool(ok.all())  # the usual case: no selection (copies of structured arrays are slow)
+    parts = [np.zeros((0, m), "<f4")]
+    if ok[:whole].any():
+        rows = buf[:whole * size].reshape(whole, size)[:, PACKET_HEADER.size:]
+        parts.append(np.ascontiguousarray(rows if every else rows[ok[:whole]]).view("<f4").reshape(-1, m))
+    if k > whole and ok[-1]:
+        parts.append(np.frombuffer(data, "<f4", offset=whole * size + PACKET_HEADER.size).reshape(-1, m))
+    return heads if every else heads[ok], np.concatenate(parts) if len(parts) > 2 else parts[-1]
 
 
 # -- broker information and discovery beacon ---------------------------------------------------

@@ -29,30 +29,35 @@ samples the in-process twin gives. Continuous streaming (count 0) is not served 
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from ... import __version__
 from .. import safety
 from . import codec as c
+from .client import RCVBUF
 from .codec import CodecError, ErrorCode, MsgType, ParamDef
 
-__all__ = ["EXPERIMENT", "HARMONICS", "POLL_S", "Faults", "HelicDevice", "HelicServer"]
+__all__ = ["EXPERIMENT", "HARMONICS", "POLL_S", "Faults", "HelicDevice", "HelicServer", "burst_datagrams"]
 
 HARMONICS = 16
 EXPERIMENT = "hbtest-twin"
 TABLE_CAPACITY = 4096
 POLL_S = 0.05
-PACE_AFTER = 64  # datagrams of a stream sent back to back (~100 kB: within Linux's default receive buffer)
-PACE_RATE = 50_000  # beyond those, datagrams per second at most (~70 MB/s: what a host drains on loopback)
-PACE_PACKETS = 16  # the pace is checked every so many datagrams; a pause only when ahead by PACE_S or more
-PACE_S = 0.001
+PACE_AFTER = 64  # datagrams sent back to back where the host's buffer is unknown (Linux's default holds 92)
+PACE_RATE = 50_000  # beyond the burst, datagrams per second at most (~70 MB/s: what a host drains on loopback)
+PACE_S = 0.001  # a pause only when ahead of the pace by this much or more
+RMEM_MAX = Path("/proc/sys/net/core/rmem_max")  # Linux: the largest receive buffer a socket may ask for
+SKB_TRUESIZE = 2304  # bytes a Linux receive buffer is charged per loopback datagram of <= 1472 bytes (measured)
+BUFFER_SHARE = 0.5  # of the receive buffer a burst may fill
 NC = 1 + 2 * HARMONICS
 UDP_SEGMENT = 103  # Linux <linux/udp.h>: one send call, the kernel cuts it into datagrams of the given size
 GSO_SEGMENTS = 40  # datagrams per send call at most (40 x 1472 bytes < 64 KiB)
@@ -328,8 +333,9 @@ class HelicDevice:
         self.stream_cfg = _Stream()
         self.pending = 0
 
-    def stream(self):
-        """The datagrams of the configured count-limited stream (a generator of bytes)."""
+    def stream(self) -> Iterator[np.ndarray]:
+        """The datagrams of the configured count-limited stream, as runs: uint8 arrays
+        (datagrams, bytes), one datagram per row, consecutive datagrams of one size."""
         self.apply_pending()
         cfg = self.stream_cfg
         n = cfg.count * cfg.decimation
@@ -382,23 +388,21 @@ class HelicDevice:
                 continue
             k = min(per, n - i)
             if seq != faults.lose_packet:
-                yield c.packet_header(seq, idx[i], self.dropped, dec, (k, m)) + raw[4 * m * i:4 * m * (i + k)]
+                datagram = c.packet_header(seq, idx[i], self.dropped, dec, (k, m)) + raw[4 * m * i:4 * m * (i + k)]
+                yield np.frombuffer(datagram, np.uint8)[None, :]
             i += per
             seq += 1
 
 
-_HEADER = np.dtype([("magic", "<u2"), ("version", "u1"), ("m", "u1"), ("seq", "<u4"), ("first", "<u4"),
-                    ("dropped", "<u4"), ("dec", "<u2"), ("n", "<u2")])  # codec.PACKET_HEADER as an array
-
-
-def _whole_packets(values: np.ndarray, idx: np.ndarray, dec: int, dropped: int):
-    """The datagrams of a stream without faults, built as one array (header + records per row)."""
+def _whole_packets(values: np.ndarray, idx: np.ndarray, dec: int, dropped: int) -> Iterator[np.ndarray]:
+    """The datagrams of a stream without faults, built as one array (header + records per row):
+    the full datagrams as one run, the shorter last one as another."""
     n, m = values.shape
     per = c.records_per_packet(m)
     count = -(-n // per)
     rows = np.zeros((count * per, m), "<f4")
     rows[:n] = values
-    heads = np.zeros(count, _HEADER)
+    heads = np.zeros(count, c.PACKET_DTYPE)
     heads["magic"], heads["version"], heads["m"], heads["dec"], heads["n"] = c.MAGIC, c.VERSION, m, dec, per
     heads["seq"] = np.arange(count)
     heads["first"] = idx[::per] & 0xFFFFFFFF
@@ -406,9 +410,28 @@ def _whole_packets(values: np.ndarray, idx: np.ndarray, dec: int, dropped: int):
     heads["n"][-1] = n - per * (count - 1)
     block = np.concatenate([heads.view(np.uint8).reshape(count, -1), rows.view(np.uint8).reshape(count, -1)], axis=1)
     last = c.PACKET_HEADER.size + 4 * m * int(heads["n"][-1])
-    for k in range(count - 1):
-        yield block[k].tobytes()
-    yield block[-1, :last].tobytes()
+    if last == block.shape[1]:
+        yield block
+        return
+    if count > 1:
+        yield block[:-1]
+    yield block[-1:, :last]
+
+
+def burst_datagrams(host: str) -> int:
+    """Datagrams of a stream the served twin sends back to back to a host at address ``host``
+    before pacing at PACE_RATE: on Linux, to a loopback host (which shares this kernel), what
+    BUFFER_SHARE of the receive buffer hbtest's host asks for holds (SO_RCVBUF RCVBUF, capped by
+    ``rmem_max`` and doubled by the kernel, socket(7)), at SKB_TRUESIZE bytes charged per
+    datagram; elsewhere PACE_AFTER."""
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+        rmem_max = int(RMEM_MAX.read_text())
+    except (ValueError, OSError):
+        return PACE_AFTER
+    if not loopback:
+        return PACE_AFTER
+    return max(PACE_AFTER, int(BUFFER_SHARE * 2 * min(rmem_max, RCVBUF) / SKB_TRUESIZE))
 
 
 def _complex(coeffs) -> np.ndarray:
@@ -437,6 +460,7 @@ class HelicServer:
         self._conn: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._gso = True  # until a segmented send is refused
+        self._bursts: dict[str, int] = {}  # per host address: burst_datagrams
 
     @property
     def stream_port(self) -> int:
@@ -550,39 +574,38 @@ class HelicServer:
         conn.sendall(c.encode_frame(rtype, seq, body))
 
     def _send_stream(self, dest) -> None:
-        """Send the started stream's datagrams to ``dest``: the first PACE_AFTER back to back,
-        then at most PACE_RATE a second; consecutive datagrams of one size go out in one send
-        call where the system segments them (UDP GSO: the same datagrams on the wire)."""
-        batch: list[bytes] = []
-        t0 = 0.0
-        for k, datagram in enumerate(self.device.stream()):
-            if batch and (len(batch) == GSO_SEGMENTS or len(datagram) > len(batch[0])
-                          or len(batch[-1]) < len(batch[0])):
-                self._send(batch, dest)
-                batch = []
-            if k == PACE_AFTER:
-                t0 = time.perf_counter()
-            elif k > PACE_AFTER and k % PACE_PACKETS == 0:
-                ahead = t0 + (k - PACE_AFTER) / PACE_RATE - time.perf_counter()
-                if ahead >= PACE_S:
-                    self._send(batch, dest)
-                    batch = []
-                    time.sleep(ahead)
-            batch.append(datagram)
-        self._send(batch, dest)
+        """Send the started stream's datagrams to ``dest``: the first :func:`burst_datagrams`
+        back to back, then at most PACE_RATE a second; up to GSO_SEGMENTS datagrams of one
+        size go out in one send call where the system segments them (UDP GSO: the same
+        datagrams on the wire)."""
+        if dest[0] not in self._bursts:
+            self._bursts[dest[0]] = burst_datagrams(dest[0])
+        burst, sent, t0 = self._bursts[dest[0]], 0, 0.0
+        for run in self.device.stream():
+            for k in range(0, len(run), GSO_SEGMENTS):
+                part = run[k:k + GSO_SEGMENTS]
+                if sent >= burst:
+                    ahead = t0 + (sent - burst) / PACE_RATE - time.perf_counter()
+                    if ahead >= PACE_S:
+                        time.sleep(ahead)
+                self._send(part, dest)
+                sent += len(part)
+                if sent >= burst and not t0:
+                    t0 = time.perf_counter()
 
-    def _send(self, batch: list[bytes], dest) -> None:
+    def _send(self, part: np.ndarray, dest) -> None:
+        """Send the datagrams ``part`` (one per row, one size) to ``dest``."""
         udp = self._udp
         assert udp is not None, "streaming starts after start() bound the sockets"
         try:
-            if len(batch) > 1 and self._gso:
+            if len(part) > 1 and self._gso:
                 try:
-                    udp.sendmsg([b"".join(batch)], [(socket.IPPROTO_UDP, UDP_SEGMENT, struct.pack("=H", len(batch[0])))],
-                                0, dest)
+                    segment = [(socket.IPPROTO_UDP, UDP_SEGMENT, struct.pack("=H", part.shape[1]))]
+                    udp.sendmsg([part.data], segment, 0, dest)
                     return
                 except OSError:
                     self._gso = False  # not offered here: one call per datagram
-            for datagram in batch:
+            for datagram in part:
                 udp.sendto(datagram, dest)
         except OSError:
             pass  # UDP is best effort: the host sees the gap
