@@ -87,10 +87,12 @@ def test_demand_and_acquisition_end_to_end_exact():
         # arming: load, limits, (zero) waveform on both channels, sync, error queue, outputs on
         *arm(1, "5.000000"), *arm(2, "4.000000"),
         "OUTP:SYNC:SOUR CH1", "OUTP:SYNC ON", "SOUR1:FUNC:ARB:SYNC", Step("SYST:ERR?", NO_ERROR), "OUTP1 ON", "OUTP2 ON",
-        # the demand (one step: ramp_periods = 0): vertical 0.5 + cos, rotational -0.5 sin
-        Block("SOUR1:DATA:ARB:DAC HB1_1,", codes_of(cos_codes)), "SOUR1:FUNC:ARB HB1_1", "SOUR1:VOLT:OFFS 0.500000", "SOUR1:VOLT 2.000000",
-        Block("SOUR2:DATA:ARB:DAC HB2_1,", codes_of(msin_codes)), "SOUR2:FUNC:ARB HB2_1", "SOUR2:VOLT:OFFS 0.000000", "SOUR2:VOLT 1.000000",
-        "SOUR1:FUNC:ARB:SYNC", Step("SYST:ERR?", NO_ERROR),
+        # the demand (one step: ramp_periods = 0): vertical 0.5 + cos, rotational -0.5 sin; both
+        # waveforms stored first (the reply: taken), then selections and restart back to back, then levels
+        Block("SOUR1:DATA:ARB:DAC HB1_1,", codes_of(cos_codes)), Block("SOUR2:DATA:ARB:DAC HB2_1,", codes_of(msin_codes)),
+        Step("SYST:ERR?", NO_ERROR), "SOUR1:FUNC:ARB HB1_1", "SOUR2:FUNC:ARB HB2_1", "SOUR1:FUNC:ARB:SYNC",
+        "SOUR1:VOLT:OFFS 0.500000", "SOUR1:VOLT 2.000000", "SOUR2:VOLT:OFFS 0.000000", "SOUR2:VOLT 1.000000",
+        Step("SYST:ERR?", NO_ERROR),
         # close: safe ramp-down in 2 steps, then outputs off
         "SOUR1:VOLT 1.001000", "SOUR1:VOLT:OFFS 0.250000", "SOUR2:VOLT 0.501000", "SOUR2:VOLT:OFFS 0.000000",
         "SOUR1:VOLT 0.002000", "SOUR1:VOLT:OFFS 0.000000", "SOUR2:VOLT 0.002000", "SOUR2:VOLT:OFFS 0.000000",

@@ -37,8 +37,9 @@ Synchronisation (which cable goes where)
   4 mrad after 2 s at 17 Hz).
 
 Phase continuity: a waveform change restarts both channels at point 0, so the driver uploads the
-new waveform rotated by the demand phase ``theta`` the old one has reached when the restart
-lands (predicted from the clock and the measured restart latency): no phase jump excites the
+new waveform rotated by the demand phase ``theta`` of a target time, and sends the restart so
+that it lands when the old waveform is at ``theta`` (at the target or whole periods of the old
+waveform later, whatever delayed the host: :meth:`ScpiRig._restart`): no phase jump excites the
 structure, and the Sync edge then marks demand phase ``theta``.
 
 Acquisitions report ``t`` as ``m T + theta / (2 pi f) + t_rel + trigger_delay_s`` with ``m T`` the last whole
@@ -65,6 +66,9 @@ __all__ = ["ScpiRig", "IdentifyingScpiRig", "ScpiAcquisition", "synthesise", "re
 RECORD_SLACK_SAMPLES = 4  # the digitiser records this many samples more than the periods asked
 LIMIT_RTOL = 1e-12  # float slack of the peak check (as hbtest.rig.check_voltage); writes round toward zero
 ZERO_PEAK_V = 1e-12  # an AC part below this is "no AC" (all-zero waveform)
+RESTART_ALLOWANCE = 1.5  # the upload allowance: this many times the running upload time [s] ...
+RESTART_MIN_S = 0.005  # ... and at least this
+LATE_RESTART_FRACTION = 0.05  # a restart burst answered later than this fraction of a period is counted late
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,10 @@ class ScpiRig:
         self._closed = False
         self._record = None
         self._theta, self._t_sync, self._f_sync = 0.0, None, 0.0  # demand phase at the last restart
-        self._restart_latency_s = 0.01  # from computing a waveform to its restart (running estimate)
+        self._restart_latency_s = 0.02  # upload allowance: from computing a waveform to its restart [s] (running)
+        self._burst_latency_s = 0.0  # from sending the restart burst to its landing [s] (running, half the bracket)
+        #: what the link did to the demand: restart bursts answered late (their landing only bracketed)
+        self.counters = {"late_restarts": 0}
         self._edges_placed = True  # the first record after a restart has placed its Sync edges on the clock
         self._idn = {"generator": generator.identify(), "digitiser": digitiser.identify()}
         generator.setup()
@@ -233,9 +240,9 @@ class ScpiRig:
         self._armed = True
 
     def _apply(self, frequency_hz: float, V: np.ndarray, orders) -> None:
-        """One demand step. A waveform change restarts both channels at point 0 (``FUNC:ARB:SYNC``):
-        the new waveform is synthesised rotated by the demand phase the old one is predicted to
-        have reached when the restart lands, so the output stays continuous (no phase jump to
+        """One demand step. A waveform change restarts both channels at point 0 (``FUNC:ARB:SYNC``,
+        :meth:`_restart`): the new waveform is synthesised rotated by the demand phase the old one
+        has reached when the restart lands, so the output stays continuous (no phase jump to
         excite a transient) and the Sync edge marks demand phase :attr:`_theta`, not 0."""
         g = self.spec.generator
         rate = g.arb_points * frequency_hz
@@ -247,23 +254,56 @@ class ScpiRig:
                 self.gen.set_level(c.channel, same[i][1], same[i][2])
             self.gen.check_errors("the demand")
             return
+        self._restart(frequency_hz, V, orders, rate)
+
+    def _restart(self, frequency_hz: float, V: np.ndarray, orders, rate: float) -> None:
+        """A waveform change, landing on the demand's phase grid whatever the host's delays.
+
+        The new waveforms are synthesised rotated by the demand phase ``theta`` of a target
+        time ``t_target`` (now + the upload allowance) and stored; once the generator has
+        taken them (a query's reply), the host sleeps until the next time at which the old
+        waveform is at phase ``theta`` again (``t_target + m / f_old``, ``m >= 0``: a host
+        or an instrument slowed by load only costs whole periods of waiting, never a phase
+        jump), then sends the selections, levels and ``FUNC:ARB:SYNC`` back to back — the
+        short burst whose landing is the only timing left to chance (the levels follow it: the
+        new shapes play at the old levels for a moment, within the limit since the bound
+        ``|offset| + A/2`` does not depend on the shape). Before, waveforms were
+        uploaded and selected one by one, the restart predicted from the running upload
+        latency: a host delayed 30 ms at 19 Hz made a 3.6 rad phase jump, whose transient
+        drove the twin's gauges into their +/-10 V output limit (clipped records, a point
+        that did not converge under machine load)."""
+        g = self.spec.generator
+        chans = list(enumerate(self._gen_channels))
         t_start = self._clock()
-        theta = self._phase_at(t_start + self._restart_latency_s)
+        t_target = t_start + self._restart_latency_s
+        theta = self._phase_at(t_target)
+        waves = [synthesise(V[i], orders, g.arb_points, theta) for i, _ in chans]
+        names = [self.gen.store_arb(c.channel, waves[i][0]) for i, c in chans]
+        self.gen.check_errors("the waveform upload")  # the reply: the generator has stored them
+        took = self._clock() - t_start
+        self._restart_latency_s = max(0.5 * self._restart_latency_s + 0.5 * took * RESTART_ALLOWANCE, RESTART_MIN_S)
+        period = 1.0 / self._f_sync if self._t_sync is not None and self._f_sync > 0 else 0.0
+        t_land = t_target
+        now = self._clock()
+        if period > 0 and now + self._burst_latency_s > t_target:
+            t_land = t_target + math.ceil((now + self._burst_latency_s - t_target) / period) * period
+        if t_land - self._burst_latency_s > now:
+            self._sleep(t_land - self._burst_latency_s - now)
+        t_send = self._clock()
         for i, c in chans:
-            codes, amplitude, offset = synthesise(V[i], orders, g.arb_points, theta)
             st = self.gen.state[c.channel]
-            if st.codes is None or not np.array_equal(codes, st.codes) or st.sample_rate != rate:
-                self.gen.upload_arb(c.channel, codes, rate)
-            self.gen.set_level(c.channel, amplitude, offset)
+            if st.codes is None or st.sample_rate != rate or not np.array_equal(waves[i][0], st.codes):
+                self.gen.select_arb(c.channel, names[i], waves[i][0], rate)
         self.gen.sync_arbs()
-        # the restart time is when the generator has done it, not when it was asked: writes queue up
-        # behind the waveform uploads (~20 ms through the simulated bench, 0.4 periods at 19 Hz, which
-        # mis-counted the periods between records and put a phase jump into every ramp step); the
-        # reply to the error query comes after every write before it has been carried out
-        self.gen.check_errors("the demand")
-        t_sync = self._clock()
-        self._restart_latency_s = 0.5 * self._restart_latency_s + 0.5 * (t_sync - t_start)
-        self._theta, self._t_sync, self._f_sync = theta, t_sync, frequency_hz
+        bracket_s = self._clock() - t_send
+        for i, c in chans:  # the new shapes at the old levels for a moment: within the limit (|offset| + A/2)
+            self.gen.set_level(c.channel, waves[i][1], waves[i][2])
+        self.gen.check_errors("the demand")  # replied once the restart is done
+        bracket = self._clock() - t_send
+        self._burst_latency_s = min(self._burst_latency_s, bracket_s + bracket)  # it landed within the bracket
+        if bracket > LATE_RESTART_FRACTION / frequency_hz:
+            self.counters["late_restarts"] += 1
+        self._theta, self._t_sync, self._f_sync = theta, t_land, frequency_hz
         self._edges_placed = False
 
     def _phase_at(self, t: float) -> float:
@@ -322,7 +362,7 @@ class ScpiRig:
         if self._t_sync is not None and not self._edges_placed:
             delta = (x - round(x)) / f
             self._t_sync += delta
-            self._restart_latency_s += 0.5 * delta  # the last sample of the running estimate, corrected
+            self._burst_latency_s = max(self._burst_latency_s + 0.5 * delta, 0.0)  # the restart landed delta later
             t_sync += delta
             self._edges_placed = True
         return k, t_sync + k / f
