@@ -2,6 +2,7 @@
 scripted fakes over real pyvisa give the exact command transcripts and exact samples; and, as a
 hypothesis property, nothing the driver ever writes can put an output beyond its limit."""
 
+import math
 import re
 
 import numpy as np
@@ -269,3 +270,22 @@ def test_uploaded_waveform_reproduces_the_demand():
     n = len(gen.transcript)
     rig.set_demand(17.0, V + np.array([[0, 0, 0.2], [0, 0, 0.1]]), orders, ramp_periods=2.0)
     assert sum(1 for x in gen.transcript[n:] if x.startswith("SOUR1:DATA:ARB:DAC")) == 3
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(1.0, 200.0), st.floats(0.0, 1.0, exclude_max=True), st.floats(0.0, 2.0), st.floats(0.0, 0.8),
+       st.floats(-0.05, 0.05), st.integers(0, 50))
+def test_the_trigger_edge_is_counted_right_while_the_reply_comes_within_most_of_a_period(f, wait, cmd, reply, land, k0):
+    """A record's Sync edge from the host's bounds (ScpiRig.acquire): :DIGitize sent at
+    ``lower``, the scope armed a command delay later (any length: a slow host or instrument)
+    and triggered at the next edge, the reply a delay of up to 0.8 period after the record's
+    end; the restart landed within 5 % of a period of its intended time. Never miscounted
+    (rounding to the nearest edge did so past half a period)."""
+    from hbtest.rig.scpi.rig import edge_index
+
+    T = 1.0 / f
+    t_land = 3.0
+    lower = t_land + (k0 + wait) * T
+    k = math.ceil((lower + cmd * T - t_land - land * T) / T - 1e-12)  # the first edge after the scope is armed
+    upper = t_land + (k + land + reply) * T  # the edge, plus the reply's delay (the record's span taken off)
+    assert edge_index(upper, lower, t_land, f, 0.05 * T) == k

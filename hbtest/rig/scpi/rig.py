@@ -61,13 +61,15 @@ from ...errors import InstrumentError, LimitExceeded
 from .. import Acquisition, RigDescription
 from .keysight33500b import DAC_FULL_SCALE, MIN_AMPLITUDE_VPP, Keysight33500B
 
-__all__ = ["ScpiRig", "IdentifyingScpiRig", "ScpiAcquisition", "synthesise", "record_window", "RECORD_SLACK_SAMPLES"]
+__all__ = ["ScpiRig", "IdentifyingScpiRig", "ScpiAcquisition", "synthesise", "record_window", "edge_index",
+           "RECORD_SLACK_SAMPLES"]
 
 RECORD_SLACK_SAMPLES = 4  # the digitiser records this many samples more than the periods asked
 LIMIT_RTOL = 1e-12  # float slack of the peak check (as hbtest.rig.check_voltage); writes round toward zero
 ZERO_PEAK_V = 1e-12  # an AC part below this is "no AC" (all-zero waveform)
 RESTART_ALLOWANCE = 1.5  # the upload allowance: this many times the running upload time [s] ...
 RESTART_MIN_S = 0.005  # ... and at least this
+EDGE_SLACK = 0.1  # of a period: a record's edge may lie this much after its upper bound (an early restart)
 LATE_RESTART_FRACTION = 0.05  # a restart burst answered later than this fraction of a period is counted late
 
 
@@ -115,6 +117,22 @@ def record_window(t_rel: np.ndarray, need: float) -> tuple[np.ndarray | None, fl
     return keep, dt
 
 
+def edge_index(upper_s: float, lower_s: float, t_land_s: float, f: float, tolerance_s: float = 0.0) -> int:
+    """Which Sync edge a record triggered on: edges at ``t_land_s + k / f`` (``k >= 0``, the
+    restart's intended landing on the host clock [s], within ``tolerance_s``), the trigger edge
+    at or before ``upper_s`` (the record's reply came after its last sample) and not before
+    ``lower_s`` (the scope was armed after the host sent ``:DIGitize``). Host and instrument
+    delays only make ``upper_s`` later, so the latest edge at or before ``upper_s`` is taken
+    (a tenth of a period of slack for a restart that landed early), then the first one not
+    before ``lower_s``: correct while the reply's delay plus the landing error stays under 0.9
+    of a period (rounding to the nearest edge, as before, miscounted a record whose reply came
+    half a period late)."""
+    k = max(0, math.floor((upper_s - t_land_s) * f + EDGE_SLACK))
+    while t_land_s + k / f < lower_s - tolerance_s and t_land_s + (k + 1) / f <= upper_s + tolerance_s:
+        k += 1
+    return k
+
+
 class ScpiRig:
     """A generator (actuators) + digitiser (sensors) rig. ``clock``/``sleep`` default to the
     wall clock (tests pass fakes so ramps take no time)."""
@@ -142,6 +160,7 @@ class ScpiRig:
         #: what the link did to the demand: restart bursts answered late (their landing only bracketed)
         self.counters = {"late_restarts": 0}
         self._edges_placed = True  # the first record after a restart has placed its Sync edges on the clock
+        self._t_land, self._t_ref, self._land_tolerance_s = None, 0.0, 0.0  # intended landing, placed grid, bracket
         self._idn = {"generator": generator.identify(), "digitiser": digitiser.identify()}
         generator.setup()
         digitiser.setup(self.spec.digitiser.trigger_level_v)
@@ -231,6 +250,7 @@ class ScpiRig:
         self.gen.sync_arbs()
         errors = self.gen.errors()  # replied once the restart is done (see _apply)
         self._theta, self._t_sync, self._f_sync = 0.0, self._clock(), frequency_hz
+        self._t_land, self._t_ref = self._t_sync, self._t_sync - self._t_open
         self._edges_placed = True  # no record is taken before the first demand step restarts again
         if errors:
             self.gen.outputs_off([c.channel for c in self._gen_channels])
@@ -295,15 +315,14 @@ class ScpiRig:
             if st.codes is None or st.sample_rate != rate or not np.array_equal(waves[i][0], st.codes):
                 self.gen.select_arb(c.channel, names[i], waves[i][0], rate)
         self.gen.sync_arbs()
-        bracket_s = self._clock() - t_send
         for i, c in chans:  # the new shapes at the old levels for a moment: within the limit (|offset| + A/2)
             self.gen.set_level(c.channel, waves[i][1], waves[i][2])
         self.gen.check_errors("the demand")  # replied once the restart is done
         bracket = self._clock() - t_send
-        self._burst_latency_s = min(self._burst_latency_s, bracket_s + bracket)  # it landed within the bracket
         if bracket > LATE_RESTART_FRACTION / frequency_hz:
             self.counters["late_restarts"] += 1
         self._theta, self._t_sync, self._f_sync = theta, t_land, frequency_hz
+        self._t_land, self._land_tolerance_s = t_land, bracket
         self._edges_placed = False
 
     def _phase_at(self, t: float) -> float:
@@ -328,6 +347,7 @@ class ScpiRig:
             self.dig.set_record(duration, points)
             self._record = (duration, points)
         chans = [c.channel for c in self._dig_channels]
+        t_armed = self.elapsed_s  # the scope is armed after this
         self.dig.digitize(chans, wait_s=duration + 1.0 / f)
         t_done = self.elapsed_s
         rec = self.dig.read(chans)
@@ -337,35 +357,34 @@ class ScpiRig:
             covered = float(t_rel[-1] - max(t_rel[0], 0.0)) if t_rel.size else 0.0
             raise InstrumentError(f"{self.dig.name}: record covers {covered:.4g} s after the trigger, {need:.4g} s "
                                   f"({n_periods} periods) needed: raise max_points or lower the rate")
-        k, t_edge = self._edge_before(t_done - float(t_rel[-1]) - dt, f)
+        lower = t_armed - d.trigger_delay_s - min(float(rec.t[0]), 0.0)  # trigger (and pre-trigger samples) after arming
+        k, t_edge = self._edge_before(t_done - float(t_rel[-1]), lower, f)
         t = k / f + self._theta / (2 * np.pi * f) + t_rel[keep]
         end = t_edge + float(t_rel[keep][-1]) + dt
         data = {c.sensor: rec.volts[c.channel][keep] for c in self._dig_channels}
         over = tuple(c.sensor for c in self._dig_channels if c.channel in rec.overrange)
         return ScpiAcquisition(t=t, data=data, frequency_hz=f, sample_rate_hz=1.0 / dt, n_periods=n_periods, elapsed_s=end, overrange=over)
 
-    def _edge_before(self, estimate_s: float, f: float) -> tuple[int, float]:
-        """The Sync edge a record triggered on, on the rig clock: the edges fall every period
-        after the last restart (:attr:`_t_sync`, at demand phase :attr:`_theta`); the one
-        nearest ``estimate_s`` [s since open]. Returns (periods since the restart, its clock
-        time [s since open]). Exact between records of one demand (mains stay coherent).
+    def _edge_before(self, upper_s: float, lower_s: float, f: float) -> tuple[int, float]:
+        """The Sync edge a record triggered on (:func:`edge_index` from the bounds ``lower_s``,
+        ``upper_s`` [s since open] and the restart's intended landing): (periods since the
+        restart, the edge's time on the rig clock [s since open]).
 
-        The restart's clock time is only bracketed by the host (between its command and the
-        reply to the next query: tens of ms through the simulated bench, most of a period), so
-        the first record after a restart places the edges: its trigger is an edge, so the
-        restart time moves by the fraction of a period the record's estimate is off the edge
-        grid. Later records then round against a grid that their estimates sit on, off only by
-        the jitter of the reply latency (half a period of margin, not what the bracket left)."""
-        t_sync = (self._t_sync if self._t_sync is not None else self._t_open) - self._t_open
-        x = (estimate_s - t_sync) * f
-        k = max(0, round(x))
-        if self._t_sync is not None and not self._edges_placed:
-            delta = (x - round(x)) / f
-            self._t_sync += delta
-            self._burst_latency_s = max(self._burst_latency_s + 0.5 * delta, 0.0)  # the restart landed delta later
-            t_sync += delta
+        The first record after a restart places the edges on the clock (its edge at its upper
+        bound) and later ones count whole periods from it, so the records of one demand are
+        spaced exactly as the Sync edges were. The first record also measures how late the
+        restart landed (its bound minus the intended edge, plus the reply latency): the demand
+        phase model follows it and the burst latency estimate moves half of it."""
+        t_land = (self._t_land if self._t_land is not None else self._t_open) - self._t_open
+        k = edge_index(upper_s, lower_s, t_land, f, self._land_tolerance_s)
+        if not self._edges_placed:
+            self._t_ref = upper_s - k / f
+            late = self._t_ref - t_land
+            if self._t_sync is not None and abs(late) < 0.5 / f:
+                self._t_sync += late
+                self._burst_latency_s = max(self._burst_latency_s + 0.5 * late, 0.0)
             self._edges_placed = True
-        return k, t_sync + k / f
+        return k, self._t_ref + k / f
 
     def wait(self, n_periods: float) -> None:
         self._check_open()
