@@ -67,8 +67,8 @@ __all__ = ["ScpiRig", "IdentifyingScpiRig", "ScpiAcquisition", "synthesise", "re
 RECORD_SLACK_SAMPLES = 4  # the digitiser records this many samples more than the periods asked
 LIMIT_RTOL = 1e-12  # float slack of the peak check (as hbtest.rig.check_voltage); writes round toward zero
 ZERO_PEAK_V = 1e-12  # an AC part below this is "no AC" (all-zero waveform)
-RESTART_ALLOWANCE = 1.5  # the upload allowance: this many times the running upload time [s] ...
-RESTART_MIN_S = 0.005  # ... and at least this
+RESTART_ALLOWANCE = 2.0  # the upload allowance: this many times the running upload time [s] ...
+RESTART_MIN_S = 0.008  # ... and at least this (a miss costs a whole period of the old waveform)
 EDGE_SLACK = 0.1  # of a period: a record's edge may lie this much after its upper bound (an early restart)
 LATE_RESTART_FRACTION = 0.05  # a restart burst answered later than this fraction of a period is counted late
 
@@ -157,8 +157,9 @@ class ScpiRig:
         self._theta, self._t_sync, self._f_sync = 0.0, None, 0.0  # demand phase at the last restart
         self._restart_latency_s = 0.02  # upload allowance: from computing a waveform to its restart [s] (running)
         self._burst_latency_s = 0.0  # from sending the restart burst to its landing [s] (running, half the bracket)
-        #: what the link did to the demand: restart bursts answered late (their landing only bracketed)
-        self.counters = {"late_restarts": 0}
+        #: what the link did to the demand: restart bursts answered late (their landing only bracketed),
+        #: whole periods of the old waveform waited because the uploads outlasted their allowance
+        self.counters = {"late_restarts": 0, "restart_periods_waited": 0}
         self._edges_placed = True  # the first record after a restart has placed its Sync edges on the clock
         self._t_land, self._t_ref, self._land_tolerance_s = None, 0.0, 0.0  # intended landing, placed grid, bracket
         self._idn = {"generator": generator.identify(), "digitiser": digitiser.identify()}
@@ -295,7 +296,7 @@ class ScpiRig:
         g = self.spec.generator
         chans = list(enumerate(self._gen_channels))
         t_start = self._clock()
-        t_target = t_start + self._restart_latency_s
+        t_target = t_start + self._restart_latency_s + self._burst_latency_s
         theta = self._phase_at(t_target)
         waves = [synthesise(V[i], orders, g.arb_points, theta) for i, _ in chans]
         names = [self.gen.store_arb(c.channel, waves[i][0]) for i, c in chans]
@@ -306,7 +307,9 @@ class ScpiRig:
         t_land = t_target
         now = self._clock()
         if period > 0 and now + self._burst_latency_s > t_target:
-            t_land = t_target + math.ceil((now + self._burst_latency_s - t_target) / period) * period
+            missed = math.ceil((now + self._burst_latency_s - t_target) / period)
+            t_land = t_target + missed * period
+            self.counters["restart_periods_waited"] += missed
         if t_land - self._burst_latency_s > now:
             self._sleep(t_land - self._burst_latency_s - now)
         t_send = self._clock()
@@ -374,7 +377,7 @@ class ScpiRig:
         bound) and later ones count whole periods from it, so the records of one demand are
         spaced exactly as the Sync edges were. The first record also measures how late the
         restart landed (its bound minus the intended edge, plus the reply latency): the demand
-        phase model follows it and the burst latency estimate moves half of it."""
+        phase model follows it and the burst latency estimate moves 0.3 of it."""
         t_land = (self._t_land if self._t_land is not None else self._t_open) - self._t_open
         k = edge_index(upper_s, lower_s, t_land, f, self._land_tolerance_s)
         if not self._edges_placed:
@@ -382,7 +385,7 @@ class ScpiRig:
             late = self._t_ref - t_land
             if self._t_sync is not None and abs(late) < 0.5 / f:
                 self._t_sync += late
-                self._burst_latency_s = max(self._burst_latency_s + 0.5 * late, 0.0)
+                self._burst_latency_s = max(self._burst_latency_s + 0.3 * late, 0.0)
             self._edges_placed = True
         return k, self._t_ref + k / f
 
