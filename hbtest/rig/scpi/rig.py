@@ -69,7 +69,8 @@ LIMIT_RTOL = 1e-12  # float slack of the peak check (as hbtest.rig.check_voltage
 ZERO_PEAK_V = 1e-12  # an AC part below this is "no AC" (all-zero waveform)
 RESTART_ALLOWANCE = 2.0  # the upload allowance: this many times the running upload time [s] ...
 RESTART_MIN_S = 0.008  # ... and at least this (a miss costs a whole period of the old waveform)
-EDGE_SLACK = 0.1  # of a period: a record's edge may lie this much after its upper bound (an early restart)
+EDGE_SLACK = 0.3  # of a period: a record's edge may lie this much after its upper bound (edges placed late)
+LAND_GUARD_S = 0.001  # [s] added to a restart's landing bracket (clock reads around the writes)
 LATE_RESTART_FRACTION = 0.05  # a restart burst answered later than this fraction of a period is counted late
 
 
@@ -123,10 +124,10 @@ def edge_index(upper_s: float, lower_s: float, t_land_s: float, f: float, tolera
     at or before ``upper_s`` (the record's reply came after its last sample) and not before
     ``lower_s`` (the scope was armed after the host sent ``:DIGitize``). Host and instrument
     delays only make ``upper_s`` later, so the latest edge at or before ``upper_s`` is taken
-    (a tenth of a period of slack for a restart that landed early), then the first one not
-    before ``lower_s``: correct while the reply's delay plus the landing error stays under 0.9
-    of a period (rounding to the nearest edge, as before, miscounted a record whose reply came
-    half a period late)."""
+    (with 0.3 period of slack: the edges given may be late by up to that, e.g. placed by a
+    record whose reply was slow), then the first one not before ``lower_s``: correct while the
+    reply's delay less the edges' lateness stays under 0.7 of a period (rounding to the nearest
+    edge, as before, miscounted a record whose reply came half a period late)."""
     k = max(0, math.floor((upper_s - t_land_s) * f + EDGE_SLACK))
     while t_land_s + k / f < lower_s - tolerance_s and t_land_s + (k + 1) / f <= upper_s + tolerance_s:
         k += 1
@@ -324,8 +325,11 @@ class ScpiRig:
         bracket = self._clock() - t_send
         if bracket > LATE_RESTART_FRACTION / frequency_hz:
             self.counters["late_restarts"] += 1
+        # it landed within [t_send, t_send + bracket], i.e. [t_land - lat, t_land - lat + bracket]
+        self._land_tolerance_s = max(t_land - t_send, t_send + bracket - t_land, 0.0) + LAND_GUARD_S
+        self._burst_latency_s = min(self._burst_latency_s, bracket)  # never aim earlier than the reply allows
         self._theta, self._t_sync, self._f_sync = theta, t_land, frequency_hz
-        self._t_land, self._land_tolerance_s = t_land, bracket
+        self._t_land = t_land
         self._edges_placed = False
 
     def _phase_at(self, t: float) -> float:
@@ -370,15 +374,19 @@ class ScpiRig:
 
     def _edge_before(self, upper_s: float, lower_s: float, f: float) -> tuple[int, float]:
         """The Sync edge a record triggered on (:func:`edge_index` from the bounds ``lower_s``,
-        ``upper_s`` [s since open] and the restart's intended landing): (periods since the
-        restart, the edge's time on the rig clock [s since open]).
+        ``upper_s`` [s since open]): (periods since the restart, the edge's time on the rig
+        clock [s since open]).
 
-        The first record after a restart places the edges on the clock (its edge at its upper
-        bound) and later ones count whole periods from it, so the records of one demand are
-        spaced exactly as the Sync edges were. The first record also measures how late the
+        The first record after a restart is counted from the restart's intended landing and
+        places the edges on the clock (its edge at its upper bound); later ones count whole
+        periods from those placed edges (under load a restart landed up to 0.8 period late, a
+        record's reply rarely), so the records of one demand are spaced exactly as the Sync
+        edges were. The first record also measures how late the
         restart landed (its bound minus the intended edge, plus the reply latency): the demand
         phase model follows it and the burst latency estimate moves 0.3 of it."""
         t_land = (self._t_land if self._t_land is not None else self._t_open) - self._t_open
+        if self._edges_placed:  # counted on the placed edges: late by the first record's reply delay only
+            return (k := edge_index(upper_s, lower_s, self._t_ref, f, LAND_GUARD_S)), self._t_ref + k / f
         k = edge_index(upper_s, lower_s, t_land, f, self._land_tolerance_s)
         if not self._edges_placed:
             self._t_ref = upper_s - k / f
