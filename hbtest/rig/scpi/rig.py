@@ -70,6 +70,8 @@ ZERO_PEAK_V = 1e-12  # an AC part below this is "no AC" (all-zero waveform)
 RESTART_ALLOWANCE = 2.0  # the upload allowance: this many times the running upload time [s] ...
 RESTART_MIN_S = 0.008  # ... and at least this (a miss costs a whole period of the old waveform)
 EDGE_SLACK = 0.3  # of a period: a record's edge may lie this much after its upper bound (edges placed late)
+AMBIGUOUS_FRACTION = 0.25  # of a period: an earlier edge this long after arming makes a record's edge ambiguous
+MAX_EDGE_RETAKES = 2  # a record with an ambiguous edge is taken again at most this many times
 LAND_GUARD_S = 0.001  # [s] added to a restart's landing bracket (clock reads around the writes)
 LATE_RESTART_FRACTION = 0.05  # a restart burst answered later than this fraction of a period is counted late
 
@@ -159,8 +161,9 @@ class ScpiRig:
         self._restart_latency_s = 0.02  # upload allowance: from computing a waveform to its restart [s] (running)
         self._burst_latency_s = 0.0  # from sending the restart burst to its landing [s] (running, half the bracket)
         #: what the link did to the demand: restart bursts answered late (their landing only bracketed),
-        #: whole periods of the old waveform waited because the uploads outlasted their allowance
-        self.counters = {"late_restarts": 0, "restart_periods_waited": 0}
+        #: whole periods of the old waveform waited because the uploads outlasted their allowance, records
+        #: taken again because the host's bounds left two Sync edges possible
+        self.counters = {"late_restarts": 0, "restart_periods_waited": 0, "records_retaken_edge": 0}
         self._edges_placed = True  # the first record after a restart has placed its Sync edges on the clock
         self._t_land, self._t_ref, self._land_tolerance_s = None, 0.0, 0.0  # intended landing, placed grid, bracket
         self._idn = {"generator": generator.identify(), "digitiser": digitiser.identify()}
@@ -353,6 +356,22 @@ class ScpiRig:
         if self._record != (duration, points):
             self.dig.set_record(duration, points)
             self._record = (duration, points)
+        for retake in range(MAX_EDGE_RETAKES + 1):
+            rec, t_rel, keep, dt, k, t_edge, ambiguous = self._take(duration, need, n_periods, f)
+            if not ambiguous or retake == MAX_EDGE_RETAKES:
+                break
+            self.counters["records_retaken_edge"] += 1
+        t = k / f + self._theta / (2 * np.pi * f) + t_rel[keep]
+        end = t_edge + float(t_rel[keep][-1]) + dt
+        data = {c.sensor: rec.volts[c.channel][keep] for c in self._dig_channels}
+        over = tuple(c.sensor for c in self._dig_channels if c.channel in rec.overrange)
+        return ScpiAcquisition(t=t, data=data, frequency_hz=f, sample_rate_hz=1.0 / dt, n_periods=n_periods, elapsed_s=end, overrange=over)
+
+    def _take(self, duration: float, need: float, n_periods: int, f: float):
+        """One triggered record, cut to ``need`` [s] after its Sync edge: (record, times after
+        the edge, kept samples, sample step, edge index, edge time, whether the edge was
+        ambiguous)."""
+        d = self.spec.digitiser
         chans = [c.channel for c in self._dig_channels]
         t_armed = self.elapsed_s  # the scope is armed after this
         self.dig.digitize(chans, wait_s=duration + 1.0 / f)
@@ -365,14 +384,10 @@ class ScpiRig:
             raise InstrumentError(f"{self.dig.name}: record covers {covered:.4g} s after the trigger, {need:.4g} s "
                                   f"({n_periods} periods) needed: raise max_points or lower the rate")
         lower = t_armed - d.trigger_delay_s - min(float(rec.t[0]), 0.0)  # trigger (and pre-trigger samples) after arming
-        k, t_edge = self._edge_before(t_done - float(t_rel[-1]), lower, f)
-        t = k / f + self._theta / (2 * np.pi * f) + t_rel[keep]
-        end = t_edge + float(t_rel[keep][-1]) + dt
-        data = {c.sensor: rec.volts[c.channel][keep] for c in self._dig_channels}
-        over = tuple(c.sensor for c in self._dig_channels if c.channel in rec.overrange)
-        return ScpiAcquisition(t=t, data=data, frequency_hz=f, sample_rate_hz=1.0 / dt, n_periods=n_periods, elapsed_s=end, overrange=over)
+        k, t_edge, ambiguous = self._edge_before(t_done - float(t_rel[-1]), lower, f)
+        return rec, t_rel, keep, dt, k, t_edge, ambiguous
 
-    def _edge_before(self, upper_s: float, lower_s: float, f: float) -> tuple[int, float]:
+    def _edge_before(self, upper_s: float, lower_s: float, f: float) -> tuple[int, float, bool]:
         """The Sync edge a record triggered on (:func:`edge_index` from the bounds ``lower_s``,
         ``upper_s`` [s since open]): (periods since the restart, the edge's time on the rig
         clock [s since open]).
@@ -386,7 +401,11 @@ class ScpiRig:
         phase model follows it and the burst latency estimate moves 0.3 of it."""
         t_land = (self._t_land if self._t_land is not None else self._t_open) - self._t_open
         if self._edges_placed:  # counted on the placed edges: late by the first record's reply delay only
-            return (k := edge_index(upper_s, lower_s, self._t_ref, f, LAND_GUARD_S)), self._t_ref + k / f
+            k = edge_index(upper_s, lower_s, self._t_ref, f, LAND_GUARD_S)
+            # the edge before came after arming too: either the command or the reply was slow by a good part of
+            # a period; the host cannot tell which (the record is taken again)
+            ambiguous = k > 0 and self._t_ref + (k - 1) / f - lower_s > AMBIGUOUS_FRACTION / f
+            return k, self._t_ref + k / f, ambiguous
         k = edge_index(upper_s, lower_s, t_land, f, self._land_tolerance_s)
         if not self._edges_placed:
             self._t_ref = upper_s - k / f
@@ -395,7 +414,7 @@ class ScpiRig:
                 self._t_sync += late
                 self._burst_latency_s = max(self._burst_latency_s + 0.3 * late, 0.0)
             self._edges_placed = True
-        return k, self._t_ref + k / f
+        return k, self._t_ref + k / f, False  # the first record's count only fixes the phase base (any is right)
 
     def wait(self, n_periods: float) -> None:
         self._check_open()
