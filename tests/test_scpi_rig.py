@@ -2,6 +2,7 @@
 scripted fakes over real pyvisa give the exact command transcripts and exact samples; and, as a
 hypothesis property, nothing the driver ever writes can put an output beyond its limit."""
 
+import math
 import re
 
 import numpy as np
@@ -87,10 +88,12 @@ def test_demand_and_acquisition_end_to_end_exact():
         # arming: load, limits, (zero) waveform on both channels, sync, error queue, outputs on
         *arm(1, "5.000000"), *arm(2, "4.000000"),
         "OUTP:SYNC:SOUR CH1", "OUTP:SYNC ON", "SOUR1:FUNC:ARB:SYNC", Step("SYST:ERR?", NO_ERROR), "OUTP1 ON", "OUTP2 ON",
-        # the demand (one step: ramp_periods = 0): vertical 0.5 + cos, rotational -0.5 sin
-        Block("SOUR1:DATA:ARB:DAC HB1_1,", codes_of(cos_codes)), "SOUR1:FUNC:ARB HB1_1", "SOUR1:VOLT:OFFS 0.500000", "SOUR1:VOLT 2.000000",
-        Block("SOUR2:DATA:ARB:DAC HB2_1,", codes_of(msin_codes)), "SOUR2:FUNC:ARB HB2_1", "SOUR2:VOLT:OFFS 0.000000", "SOUR2:VOLT 1.000000",
-        "SOUR1:FUNC:ARB:SYNC", Step("SYST:ERR?", NO_ERROR),
+        # the demand (one step: ramp_periods = 0): vertical 0.5 + cos, rotational -0.5 sin; both
+        # waveforms stored first (the reply: taken), then selections and restart back to back, then levels
+        Block("SOUR1:DATA:ARB:DAC HB1_1,", codes_of(cos_codes)), Block("SOUR2:DATA:ARB:DAC HB2_1,", codes_of(msin_codes)),
+        Step("SYST:ERR?", NO_ERROR), "SOUR1:FUNC:ARB HB1_1", "SOUR2:FUNC:ARB HB2_1", "SOUR1:FUNC:ARB:SYNC",
+        "SOUR1:VOLT:OFFS 0.500000", "SOUR1:VOLT 2.000000", "SOUR2:VOLT:OFFS 0.000000", "SOUR2:VOLT 1.000000",
+        Step("SYST:ERR?", NO_ERROR),
         # close: safe ramp-down in 2 steps, then outputs off
         "SOUR1:VOLT 1.001000", "SOUR1:VOLT:OFFS 0.250000", "SOUR2:VOLT 0.501000", "SOUR2:VOLT:OFFS 0.000000",
         "SOUR1:VOLT 0.002000", "SOUR1:VOLT:OFFS 0.000000", "SOUR2:VOLT 0.002000", "SOUR2:VOLT:OFFS 0.000000",
@@ -267,3 +270,22 @@ def test_uploaded_waveform_reproduces_the_demand():
     n = len(gen.transcript)
     rig.set_demand(17.0, V + np.array([[0, 0, 0.2], [0, 0, 0.1]]), orders, ramp_periods=2.0)
     assert sum(1 for x in gen.transcript[n:] if x.startswith("SOUR1:DATA:ARB:DAC")) == 3
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(1.0, 200.0), st.floats(0.0, 1.0, exclude_max=True), st.floats(0.0, 2.0), st.floats(0.0, 0.6),
+       st.floats(-0.25, 0.05), st.integers(0, 50))
+def test_the_trigger_edge_is_counted_right_while_the_reply_comes_within_most_of_a_period(f, wait, cmd, reply, land, k0):
+    """A record's Sync edge from the host's bounds (ScpiRig.acquire): :DIGitize sent at
+    ``lower``, the scope armed a command delay later (any length: a slow host or instrument)
+    and triggered at the next edge, the reply a delay of up to 0.6 period after the record's
+    end; the edges given up to 0.25 period late (placed by a slow reply) or 0.05 early. Never
+    miscounted (rounding to the nearest edge did so past half a period)."""
+    from hbtest.rig.scpi.rig import edge_index
+
+    T = 1.0 / f
+    t_land = 3.0
+    lower = t_land + (k0 + wait) * T
+    k = math.ceil((lower + cmd * T - t_land - land * T) / T - 1e-12)  # the first edge after the scope is armed
+    upper = t_land + (k + land + reply) * T  # the edge, plus the reply's delay (the record's span taken off)
+    assert edge_index(upper, lower, t_land, f, 0.05 * T) == k

@@ -198,7 +198,14 @@ class Keysight33500B:
     # -- arbitrary waveforms -----------------------------------------------------------
     def upload_arb(self, ch: int, codes: np.ndarray, sample_rate: float) -> str:
         """Upload DAC ``codes`` (int16, one period) as a new volatile waveform and play it at
-        ``sample_rate`` [Sa/s]. Returns the waveform's name."""
+        ``sample_rate`` [Sa/s] (:meth:`store_arb` then :meth:`select_arb`). Returns its name."""
+        name = self.store_arb(ch, codes)
+        self.select_arb(ch, name, codes, sample_rate)
+        return name
+
+    def store_arb(self, ch: int, codes: np.ndarray) -> str:
+        """Put DAC ``codes`` (int16, one period) in volatile memory without playing them (a
+        waveform already there is not sent again). Returns its name."""
         st = self._ch(ch)
         codes = np.asarray(codes)
         if codes.ndim != 1 or codes.size < 8 or np.abs(codes).max(initial=0) > DAC_FULL_SCALE:
@@ -216,14 +223,19 @@ class Keysight33500B:
             self.link.write_block(f"SOUR{ch}:DATA:ARB:DAC {name},", codes.astype("<i2"), "h")
             st.stored[key] = name
             st.used_points += codes.size
+        return name
+
+    def select_arb(self, ch: int, name: str, codes: np.ndarray, sample_rate: float) -> None:
+        """Play the stored waveform ``name`` (its ``codes``) at ``sample_rate`` [Sa/s]: the
+        channel restarts at its first point when the command lands (``FUNC:ARB``)."""
+        st = self._ch(ch)
         self.link.write(f"SOUR{ch}:FUNC:ARB {name}")
         if st.sample_rate != sample_rate:
             self.link.write(f"SOUR{ch}:FUNC:ARB:SRAT {sample_rate:.12g}")
             st.sample_rate = sample_rate
         if st.waveform is None:
             self.link.write(f"SOUR{ch}:FUNC ARB")
-        st.waveform, st.codes = name, codes.astype(np.int16)
-        return name
+        st.waveform, st.codes = name, np.asarray(codes).astype(np.int16)
 
     def set_level(self, ch: int, amplitude_vpp: float, offset_v: float) -> None:
         """Change amplitude and offset in the order that keeps ``|o| + A/2`` within the

@@ -37,8 +37,9 @@ Synchronisation (which cable goes where)
   4 mrad after 2 s at 17 Hz).
 
 Phase continuity: a waveform change restarts both channels at point 0, so the driver uploads the
-new waveform rotated by the demand phase ``theta`` the old one has reached when the restart
-lands (predicted from the clock and the measured restart latency): no phase jump excites the
+new waveform rotated by the demand phase ``theta`` of a target time, and sends the restart so
+that it lands when the old waveform is at ``theta`` (at the target or whole periods of the old
+waveform later, whatever delayed the host: :meth:`ScpiRig._restart`): no phase jump excites the
 structure, and the Sync edge then marks demand phase ``theta``.
 
 Acquisitions report ``t`` as ``m T + theta / (2 pi f) + t_rel + trigger_delay_s`` with ``m T`` the last whole
@@ -60,11 +61,19 @@ from ...errors import InstrumentError, LimitExceeded
 from .. import Acquisition, RigDescription
 from .keysight33500b import DAC_FULL_SCALE, MIN_AMPLITUDE_VPP, Keysight33500B
 
-__all__ = ["ScpiRig", "IdentifyingScpiRig", "ScpiAcquisition", "synthesise", "record_window", "RECORD_SLACK_SAMPLES"]
+__all__ = ["ScpiRig", "IdentifyingScpiRig", "ScpiAcquisition", "synthesise", "record_window", "edge_index",
+           "RECORD_SLACK_SAMPLES"]
 
 RECORD_SLACK_SAMPLES = 4  # the digitiser records this many samples more than the periods asked
 LIMIT_RTOL = 1e-12  # float slack of the peak check (as hbtest.rig.check_voltage); writes round toward zero
 ZERO_PEAK_V = 1e-12  # an AC part below this is "no AC" (all-zero waveform)
+RESTART_ALLOWANCE = 2.0  # the upload allowance: this many times the running upload time [s] ...
+RESTART_MIN_S = 0.008  # ... and at least this (a miss costs a whole period of the old waveform)
+EDGE_SLACK = 0.3  # of a period: a record's edge may lie this much after its upper bound (edges placed late)
+AMBIGUOUS_FRACTION = 0.25  # of a period: an earlier edge this long after arming makes a record's edge ambiguous
+MAX_EDGE_RETAKES = 2  # a record with an ambiguous edge is taken again at most this many times
+LAND_GUARD_S = 0.001  # [s] added to a restart's landing bracket (clock reads around the writes)
+LATE_RESTART_FRACTION = 0.05  # a restart burst answered later than this fraction of a period is counted late
 
 
 @dataclass(frozen=True)
@@ -111,6 +120,22 @@ def record_window(t_rel: np.ndarray, need: float) -> tuple[np.ndarray | None, fl
     return keep, dt
 
 
+def edge_index(upper_s: float, lower_s: float, t_land_s: float, f: float, tolerance_s: float = 0.0) -> int:
+    """Which Sync edge a record triggered on: edges at ``t_land_s + k / f`` (``k >= 0``, the
+    restart's intended landing on the host clock [s], within ``tolerance_s``), the trigger edge
+    at or before ``upper_s`` (the record's reply came after its last sample) and not before
+    ``lower_s`` (the scope was armed after the host sent ``:DIGitize``). Host and instrument
+    delays only make ``upper_s`` later, so the latest edge at or before ``upper_s`` is taken
+    (with 0.3 period of slack: the edges given may be late by up to that, e.g. placed by a
+    record whose reply was slow), then the first one not before ``lower_s``: correct while the
+    reply's delay less the edges' lateness stays under 0.7 of a period (rounding to the nearest
+    edge, as before, miscounted a record whose reply came half a period late)."""
+    k = max(0, math.floor((upper_s - t_land_s) * f + EDGE_SLACK))
+    while t_land_s + k / f < lower_s - tolerance_s and t_land_s + (k + 1) / f <= upper_s + tolerance_s:
+        k += 1
+    return k
+
+
 class ScpiRig:
     """A generator (actuators) + digitiser (sensors) rig. ``clock``/``sleep`` default to the
     wall clock (tests pass fakes so ramps take no time)."""
@@ -133,8 +158,14 @@ class ScpiRig:
         self._closed = False
         self._record = None
         self._theta, self._t_sync, self._f_sync = 0.0, None, 0.0  # demand phase at the last restart
-        self._restart_latency_s = 0.01  # from computing a waveform to its restart (running estimate)
+        self._restart_latency_s = 0.02  # upload allowance: from computing a waveform to its restart [s] (running)
+        self._burst_latency_s = 0.0  # from sending the restart burst to its landing [s] (running, half the bracket)
+        #: what the link did to the demand: restart bursts answered late (their landing only bracketed),
+        #: whole periods of the old waveform waited because the uploads outlasted their allowance, records
+        #: taken again because the host's bounds left two Sync edges possible
+        self.counters = {"late_restarts": 0, "restart_periods_waited": 0, "records_retaken_edge": 0}
         self._edges_placed = True  # the first record after a restart has placed its Sync edges on the clock
+        self._t_land, self._t_ref, self._land_tolerance_s = None, 0.0, 0.0  # intended landing, placed grid, bracket
         self._idn = {"generator": generator.identify(), "digitiser": digitiser.identify()}
         generator.setup()
         digitiser.setup(self.spec.digitiser.trigger_level_v)
@@ -224,6 +255,7 @@ class ScpiRig:
         self.gen.sync_arbs()
         errors = self.gen.errors()  # replied once the restart is done (see _apply)
         self._theta, self._t_sync, self._f_sync = 0.0, self._clock(), frequency_hz
+        self._t_land, self._t_ref = self._t_sync, self._t_sync - self._t_open
         self._edges_placed = True  # no record is taken before the first demand step restarts again
         if errors:
             self.gen.outputs_off([c.channel for c in self._gen_channels])
@@ -233,9 +265,9 @@ class ScpiRig:
         self._armed = True
 
     def _apply(self, frequency_hz: float, V: np.ndarray, orders) -> None:
-        """One demand step. A waveform change restarts both channels at point 0 (``FUNC:ARB:SYNC``):
-        the new waveform is synthesised rotated by the demand phase the old one is predicted to
-        have reached when the restart lands, so the output stays continuous (no phase jump to
+        """One demand step. A waveform change restarts both channels at point 0 (``FUNC:ARB:SYNC``,
+        :meth:`_restart`): the new waveform is synthesised rotated by the demand phase the old one
+        has reached when the restart lands, so the output stays continuous (no phase jump to
         excite a transient) and the Sync edge marks demand phase :attr:`_theta`, not 0."""
         g = self.spec.generator
         rate = g.arb_points * frequency_hz
@@ -247,23 +279,60 @@ class ScpiRig:
                 self.gen.set_level(c.channel, same[i][1], same[i][2])
             self.gen.check_errors("the demand")
             return
+        self._restart(frequency_hz, V, orders, rate)
+
+    def _restart(self, frequency_hz: float, V: np.ndarray, orders, rate: float) -> None:
+        """A waveform change, landing on the demand's phase grid whatever the host's delays.
+
+        The new waveforms are synthesised rotated by the demand phase ``theta`` of a target
+        time ``t_target`` (now + the upload allowance) and stored; once the generator has
+        taken them (a query's reply), the host sleeps until the next time at which the old
+        waveform is at phase ``theta`` again (``t_target + m / f_old``, ``m >= 0``: a host
+        or an instrument slowed by load only costs whole periods of waiting, never a phase
+        jump), then sends the selections, levels and ``FUNC:ARB:SYNC`` back to back — the
+        short burst whose landing is the only timing left to chance (the levels follow it: the
+        new shapes play at the old levels for a moment, within the limit since the bound
+        ``|offset| + A/2`` does not depend on the shape). Before, waveforms were
+        uploaded and selected one by one, the restart predicted from the running upload
+        latency: a host delayed 30 ms at 19 Hz made a 3.6 rad phase jump, whose transient
+        drove the twin's gauges into their +/-10 V output limit (clipped records, a point
+        that did not converge under machine load)."""
+        g = self.spec.generator
+        chans = list(enumerate(self._gen_channels))
         t_start = self._clock()
-        theta = self._phase_at(t_start + self._restart_latency_s)
+        t_target = t_start + self._restart_latency_s + self._burst_latency_s
+        theta = self._phase_at(t_target)
+        waves = [synthesise(V[i], orders, g.arb_points, theta) for i, _ in chans]
+        names = [self.gen.store_arb(c.channel, waves[i][0]) for i, c in chans]
+        self.gen.check_errors("the waveform upload")  # the reply: the generator has stored them
+        took = self._clock() - t_start
+        self._restart_latency_s = max(0.5 * self._restart_latency_s + 0.5 * took * RESTART_ALLOWANCE, RESTART_MIN_S)
+        period = 1.0 / self._f_sync if self._t_sync is not None and self._f_sync > 0 else 0.0
+        t_land = t_target
+        now = self._clock()
+        if period > 0 and now + self._burst_latency_s > t_target:
+            missed = math.ceil((now + self._burst_latency_s - t_target) / period)
+            t_land = t_target + missed * period
+            self.counters["restart_periods_waited"] += missed
+        if t_land - self._burst_latency_s > now:
+            self._sleep(t_land - self._burst_latency_s - now)
+        t_send = self._clock()
         for i, c in chans:
-            codes, amplitude, offset = synthesise(V[i], orders, g.arb_points, theta)
             st = self.gen.state[c.channel]
-            if st.codes is None or not np.array_equal(codes, st.codes) or st.sample_rate != rate:
-                self.gen.upload_arb(c.channel, codes, rate)
-            self.gen.set_level(c.channel, amplitude, offset)
+            if st.codes is None or st.sample_rate != rate or not np.array_equal(waves[i][0], st.codes):
+                self.gen.select_arb(c.channel, names[i], waves[i][0], rate)
         self.gen.sync_arbs()
-        # the restart time is when the generator has done it, not when it was asked: writes queue up
-        # behind the waveform uploads (~20 ms through the simulated bench, 0.4 periods at 19 Hz, which
-        # mis-counted the periods between records and put a phase jump into every ramp step); the
-        # reply to the error query comes after every write before it has been carried out
-        self.gen.check_errors("the demand")
-        t_sync = self._clock()
-        self._restart_latency_s = 0.5 * self._restart_latency_s + 0.5 * (t_sync - t_start)
-        self._theta, self._t_sync, self._f_sync = theta, t_sync, frequency_hz
+        for i, c in chans:  # the new shapes at the old levels for a moment: within the limit (|offset| + A/2)
+            self.gen.set_level(c.channel, waves[i][1], waves[i][2])
+        self.gen.check_errors("the demand")  # replied once the restart is done
+        bracket = self._clock() - t_send
+        if bracket > LATE_RESTART_FRACTION / frequency_hz:
+            self.counters["late_restarts"] += 1
+        # it landed within [t_send, t_send + bracket], i.e. [t_land - lat, t_land - lat + bracket]
+        self._land_tolerance_s = max(t_land - t_send, t_send + bracket - t_land, 0.0) + LAND_GUARD_S
+        self._burst_latency_s = min(self._burst_latency_s, bracket)  # never aim earlier than the reply allows
+        self._theta, self._t_sync, self._f_sync = theta, t_land, frequency_hz
+        self._t_land = t_land
         self._edges_placed = False
 
     def _phase_at(self, t: float) -> float:
@@ -287,7 +356,24 @@ class ScpiRig:
         if self._record != (duration, points):
             self.dig.set_record(duration, points)
             self._record = (duration, points)
+        for retake in range(MAX_EDGE_RETAKES + 1):
+            rec, t_rel, keep, dt, k, t_edge, ambiguous = self._take(duration, need, n_periods, f)
+            if not ambiguous or retake == MAX_EDGE_RETAKES:
+                break
+            self.counters["records_retaken_edge"] += 1
+        t = k / f + self._theta / (2 * np.pi * f) + t_rel[keep]
+        end = t_edge + float(t_rel[keep][-1]) + dt
+        data = {c.sensor: rec.volts[c.channel][keep] for c in self._dig_channels}
+        over = tuple(c.sensor for c in self._dig_channels if c.channel in rec.overrange)
+        return ScpiAcquisition(t=t, data=data, frequency_hz=f, sample_rate_hz=1.0 / dt, n_periods=n_periods, elapsed_s=end, overrange=over)
+
+    def _take(self, duration: float, need: float, n_periods: int, f: float):
+        """One triggered record, cut to ``need`` [s] after its Sync edge: (record, times after
+        the edge, kept samples, sample step, edge index, edge time, whether the edge was
+        ambiguous)."""
+        d = self.spec.digitiser
         chans = [c.channel for c in self._dig_channels]
+        t_armed = self.elapsed_s  # the scope is armed after this
         self.dig.digitize(chans, wait_s=duration + 1.0 / f)
         t_done = self.elapsed_s
         rec = self.dig.read(chans)
@@ -297,35 +383,38 @@ class ScpiRig:
             covered = float(t_rel[-1] - max(t_rel[0], 0.0)) if t_rel.size else 0.0
             raise InstrumentError(f"{self.dig.name}: record covers {covered:.4g} s after the trigger, {need:.4g} s "
                                   f"({n_periods} periods) needed: raise max_points or lower the rate")
-        k, t_edge = self._edge_before(t_done - float(t_rel[-1]) - dt, f)
-        t = k / f + self._theta / (2 * np.pi * f) + t_rel[keep]
-        end = t_edge + float(t_rel[keep][-1]) + dt
-        data = {c.sensor: rec.volts[c.channel][keep] for c in self._dig_channels}
-        over = tuple(c.sensor for c in self._dig_channels if c.channel in rec.overrange)
-        return ScpiAcquisition(t=t, data=data, frequency_hz=f, sample_rate_hz=1.0 / dt, n_periods=n_periods, elapsed_s=end, overrange=over)
+        lower = t_armed - d.trigger_delay_s - min(float(rec.t[0]), 0.0)  # trigger (and pre-trigger samples) after arming
+        k, t_edge, ambiguous = self._edge_before(t_done - float(t_rel[-1]), lower, f)
+        return rec, t_rel, keep, dt, k, t_edge, ambiguous
 
-    def _edge_before(self, estimate_s: float, f: float) -> tuple[int, float]:
-        """The Sync edge a record triggered on, on the rig clock: the edges fall every period
-        after the last restart (:attr:`_t_sync`, at demand phase :attr:`_theta`); the one
-        nearest ``estimate_s`` [s since open]. Returns (periods since the restart, its clock
-        time [s since open]). Exact between records of one demand (mains stay coherent).
+    def _edge_before(self, upper_s: float, lower_s: float, f: float) -> tuple[int, float, bool]:
+        """The Sync edge a record triggered on (:func:`edge_index` from the bounds ``lower_s``,
+        ``upper_s`` [s since open]): (periods since the restart, the edge's time on the rig
+        clock [s since open]).
 
-        The restart's clock time is only bracketed by the host (between its command and the
-        reply to the next query: tens of ms through the simulated bench, most of a period), so
-        the first record after a restart places the edges: its trigger is an edge, so the
-        restart time moves by the fraction of a period the record's estimate is off the edge
-        grid. Later records then round against a grid that their estimates sit on, off only by
-        the jitter of the reply latency (half a period of margin, not what the bracket left)."""
-        t_sync = (self._t_sync if self._t_sync is not None else self._t_open) - self._t_open
-        x = (estimate_s - t_sync) * f
-        k = max(0, round(x))
-        if self._t_sync is not None and not self._edges_placed:
-            delta = (x - round(x)) / f
-            self._t_sync += delta
-            self._restart_latency_s += 0.5 * delta  # the last sample of the running estimate, corrected
-            t_sync += delta
+        The first record after a restart is counted from the restart's intended landing and
+        places the edges on the clock (its edge at its upper bound); later ones count whole
+        periods from those placed edges (under load a restart landed up to 0.8 period late, a
+        record's reply rarely), so the records of one demand are spaced exactly as the Sync
+        edges were. The first record also measures how late the
+        restart landed (its bound minus the intended edge, plus the reply latency): the demand
+        phase model follows it and the burst latency estimate moves 0.3 of it."""
+        t_land = (self._t_land if self._t_land is not None else self._t_open) - self._t_open
+        if self._edges_placed:  # counted on the placed edges: late by the first record's reply delay only
+            k = edge_index(upper_s, lower_s, self._t_ref, f, LAND_GUARD_S)
+            # the edge before came after arming too: either the command or the reply was slow by a good part of
+            # a period; the host cannot tell which (the record is taken again)
+            ambiguous = k > 0 and self._t_ref + (k - 1) / f - lower_s > AMBIGUOUS_FRACTION / f
+            return k, self._t_ref + k / f, ambiguous
+        k = edge_index(upper_s, lower_s, t_land, f, self._land_tolerance_s)
+        if not self._edges_placed:
+            self._t_ref = upper_s - k / f
+            late = self._t_ref - t_land
+            if self._t_sync is not None and abs(late) < 0.5 / f:
+                self._t_sync += late
+                self._burst_latency_s = max(self._burst_latency_s + 0.3 * late, 0.0)
             self._edges_placed = True
-        return k, t_sync + k / f
+        return k, self._t_ref + k / f, False  # the first record's count only fixes the phase base (any is right)
 
     def wait(self, n_periods: float) -> None:
         self._check_open()
