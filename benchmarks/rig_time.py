@@ -51,7 +51,7 @@ above, non-converged points with their stop reasons, and per sweep its
 Every sweep runs on the lab-calibrated reference twin (``--rig``, ``REFERENCE_RIG``) unless
 ``--rig sweep``: the sweep's mechanics overrides are kept, its noise overrides dropped.
 
-    python benchmarks/rig_time.py [--points N] [--sweeps FILE ...] [--seeds 1 2 3] [--profiles published hbtest] [--noise-free] [--rig FILE|sweep]
+    python benchmarks/rig_time.py [--points N] [--sweeps FILE ...] [--seeds 1 2 3] [--profiles published hbtest] [--noise-free] [--rig FILE|sweep] [--rig-set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -90,15 +90,15 @@ NOISE_KEYS = ("virtual.noise.", "virtual.mains.")
 
 
 def run_profile(sweep_file: Path, profile: str, points: int | None, seed: int, noise_free: bool = False,
-                rig_file: Path | None = REFERENCE_RIG):
+                rig_file: Path | None = REFERENCE_RIG, rig_set=()):
     """(cfg, rig, outcomes, references, wall seconds, exact-Jacobian uncertainties) of one
-    sweep, as the sweep runs it (on ``rig_file`` when given, see ``REFERENCE_RIG``); the last
-    is :func:`exact_jacobian_uncertainty` per point."""
+    sweep, as the sweep runs it (on ``rig_file`` when given, see ``REFERENCE_RIG``, changed by
+    the rig-file overrides ``rig_set``); the last is :func:`exact_jacobian_uncertainty` per point."""
     overrides = [f"solver.profile={profile}"] + ([f"sweep.points={points}"] if points else [])
     cfg = load_sweep(sweep_file, overrides)
-    if rig_file is not None:
-        kept = [o for o in cfg.rig_overrides if not o.startswith(NOISE_KEYS)]
-        overrides += [f"rig={Path(rig_file).resolve()}", f"rig_set={kept!r}"]
+    if rig_file is not None or rig_set:
+        kept = [o for o in cfg.rig_overrides if rig_file is None or not o.startswith(NOISE_KEYS)] + list(rig_set)
+        overrides += ([f"rig={Path(rig_file).resolve()}"] if rig_file is not None else []) + [f"rig_set={kept!r}"]
         cfg = load_sweep(sweep_file, overrides)
     if noise_free:
         cfg = load_sweep(sweep_file, overrides + [f"rig_set={list(cfg.rig_overrides) + NOISE_FREE!r}"])
@@ -206,6 +206,8 @@ def main() -> int:
     ap.add_argument("--noise-free", action="store_true", help="the twin without sensor noise and mains (method against method)")
     ap.add_argument("--rig", type=Path, default=REFERENCE_RIG,
                     help="rig file every sweep runs on (default: the lab-calibrated reference twin; 'sweep': each sweep's own)")
+    ap.add_argument("--rig-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a rig-file override (repeatable), e.g. the lab's demand scatter: README 'Two solver profiles'")
     a = ap.parse_args()
     totals = {p: [0.0, 0] for p in a.profiles}
     minimum, acc_minimum = [], []
@@ -215,7 +217,9 @@ def main() -> int:
         sweep_ratio = []  # per point: stated sigma over the one through the exact Jacobian
         for profile in a.profiles:
             for seed in a.seeds:
-                cfg, rig, outs, refs, wall, sig_exact = run_profile(sweep, profile, a.points, seed, a.noise_free, None if str(a.rig) == 'sweep' else a.rig)
+                cfg, rig, outs, refs, wall, sig_exact = run_profile(
+                    sweep, profile, a.points, seed, a.noise_free, None if str(a.rig) == "sweep" else a.rig, a.rig_set
+                )
                 n = len(outs)
                 conv = sum(o.converged for o in outs)
                 bd = [o.breakdown() for o in outs]

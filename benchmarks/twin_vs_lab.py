@@ -1,7 +1,9 @@
 """The twin beside the authors' lab on the same noise statistics, each with its ratio.
 
 Usage: ``python benchmarks/twin_vs_lab.py [--rig instruments/virtual-cantilever.toml]
-[--seed 1] [--records 60] [--reads 60]`` (about 2 min). Last line
+[--seed 1] [--records 60] [--reads 60] [--rig-set KEY=VALUE ...]`` (about 2 min; ``--rig-set``
+changes the rig file, e.g. the lab-fitted ``virtual.demand_scatter``, README "Two solver
+profiles"). Last line
 ``twin_lab_worst_ratio=<x>``: the largest ``max(r, 1/r)`` over the noise rows (goal <= 1.5).
 
 Then how the ``published`` iteration went, beside the lab's (``tests/data/lab_iteration_stats.json``,
@@ -85,11 +87,11 @@ CHANNELS = (
 FREQS = (16.5, 17.5, 18.5)
 
 
-def twin_streams(rig_path: Path, seed: int, frequencies) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def twin_streams(rig_path: Path, seed: int, frequencies, rig_set=()) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(mains amplitudes (n, 4, 5), broadband rms at 10 kHz (n, 4), noise density in
     ``noisefit.BAND_HZ`` (n, 4)) of 2-period records at ``frequencies`` (zero demand; 7.3
     unread periods before each), channels as CHANNELS."""
-    rc = load_rig(rig_path)
+    rc = load_rig(rig_path, rig_set)
     rig = open_rig(rc, seed=seed)
     lay = rig.describe().sensors
     names = lay.channel_names
@@ -114,9 +116,9 @@ def twin_streams(rig_path: Path, seed: int, frequencies) -> tuple[np.ndarray, np
     return np.array(amps), np.array(rms), np.array(dens)
 
 
-def _loop(rig_path: Path, seed: int):
+def _loop(rig_path: Path, seed: int, rig_set=()):
     cfg = load_sweep(PAPER, ["solver.profile=published"])
-    rig = open_rig(load_rig(rig_path), seed=seed)
+    rig = open_rig(load_rig(rig_path, rig_set), seed=seed)
     ns = cfg.numerical.substructure()
     F = cfg.excitation.force_vector(ns)
     return rig, PointLoop(rig, ns, F, PointSettings.from_config(cfg)), cfg
@@ -131,10 +133,10 @@ def _align(rig, f: float) -> None:
     rig.wait((1.0 - end) % 1.0)
 
 
-def twin_reads(rig_path: Path, seed: int, reads: int, evaluations: int, frequencies=FREQS) -> dict:
+def twin_reads(rig_path: Path, seed: int, reads: int, evaluations: int, frequencies=FREQS, rig_set=()) -> dict:
     """Read scatter per component [N] (pooled over ``frequencies``), the median consecutive
     change [N] and the mean reads per evaluation under the published rule."""
-    rig, loop, _ = _loop(rig_path, seed)
+    rig, loop, _ = _loop(rig_path, seed, rig_set)
     prof = loop.profile
     lay = rig.describe().sensors
     V = np.zeros(loop.n_act * loop.p)
@@ -173,7 +175,7 @@ def _records(loop, outs) -> list:
     return recs
 
 
-def twin_iterations(rig_path: Path, seed: int, spread_v: float, frequencies=FREQS) -> dict:
+def twin_iterations(rig_path: Path, seed: int, spread_v: float, frequencies=FREQS, rig_set=()) -> dict:
     """The published profile on the paper sweep (:func:`rig_time.run_profile`): evaluations per
     point (all points), :func:`step_statistics` of the points after the first; and the affine
     misfit [N] of :data:`MIN_AFFINE_EVALUATIONS` evaluations under its read rule at demands
@@ -181,7 +183,7 @@ def twin_iterations(rig_path: Path, seed: int, spread_v: float, frequencies=FREQ
     ``frequencies`` (median over them)."""
     from rig_time import run_profile
 
-    cfg, rig, outs, _, _, _ = run_profile(PAPER, "published", None, seed, rig_file=rig_path)
+    cfg, rig, outs, _, _, _ = run_profile(PAPER, "published", None, seed, rig_file=rig_path, rig_set=rig_set)
     ns = cfg.numerical.substructure()
     loop = PointLoop(rig, ns, cfg.excitation.force_vector(ns), PointSettings.from_config(cfg))
     out = {"evaluations_median_all_points": float(np.median([o.iterations for o in outs])),
@@ -295,6 +297,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rig", type=Path, default=RIG)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rig-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a rig-file override (repeatable), e.g. the lab's demand scatter (README 'Two solver profiles')")
     ap.add_argument("--records", type=int, default=60, help="2-period records for the stream statistics")
     ap.add_argument("--reads", type=int, default=60, help="reads per frequency for the read scatter")
     ap.add_argument("--evaluations", type=int, default=4, help="published evaluations per frequency")
@@ -302,8 +306,8 @@ def main() -> int:
     fit = json.loads(FIT.read_text())
     freqs = np.asarray(json.loads(FIXTURE.read_text())["frequency_hz"])
     pick = freqs[np.linspace(0, freqs.size - 1, a.records).astype(int)]
-    amps, rms, dens = twin_streams(a.rig, a.seed, pick)
-    reads = twin_reads(a.rig, a.seed, a.reads, a.evaluations)
+    amps, rms, dens = twin_streams(a.rig, a.seed, pick, a.rig_set)
+    reads = twin_reads(a.rig, a.seed, a.reads, a.evaluations, rig_set=a.rig_set)
     rows = compare(fit, amps, rms, reads)
     print(f"{'statistic':42s} {'lab':>10s} {'twin':>10s} {'ratio':>7s}")
     for name, lab, t, unit in rows:
@@ -313,7 +317,7 @@ def main() -> int:
     for name, lab, t, unit in extra:
         print(f"{name:42s} {lab:10.4g} {t:10.4g} {t / lab:7.2f}  {unit}")
     lab_it = json.loads(ITERATIONS.read_text())
-    twin_it = twin_iterations(a.rig, a.seed, lab_it["affine"]["demand_spread_v_median"])
+    twin_it = twin_iterations(a.rig, a.seed, lab_it["affine"]["demand_spread_v_median"], rig_set=a.rig_set)
     title = f"published iteration (paper sweep, seed {a.seed})"
     print(f"\n{title:42s} {'lab':>10s} {'twin':>10s} {'ratio':>7s}")
     for name, lab, t, unit in iteration_rows(lab_it, twin_it):

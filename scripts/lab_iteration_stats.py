@@ -20,6 +20,8 @@ From each complete point's record (``record_xsol``, ``record_residual``: demand 
   last demand (a nonlinearity grows with it) and their kurtosis;
 - the spread of the demands about the point's last one [V rms per coefficient], for the
   twin's own affine-misfit design (``benchmarks/twin_vs_lab.py``);
+- :func:`misfit_memory`: whether the misfit scales with the response (a gain drift would) and
+  how much of it a repeated demand or the next evaluation shares;
 - the condition number of the Jacobian the lab iterated with, ``inv(invJ)`` at the point's end;
 - a replay check: the lab's stored steps are ``-invJ R`` (limited to the point's first step)
   with Broyden's second update from the previous point's ``invJ``, exactly (share of steps
@@ -105,6 +107,37 @@ def misfit_structure(recs) -> dict:
                                                if (sel := (np.asarray(count) >= lo) & (np.asarray(count) < hi)).any()}}
 
 
+def misfit_memory(d, recs) -> dict:
+    """What the misfit is like (points with enough evaluations): its back components' correlation
+    over points with the size of the numerical side's back force (``Zglobal`` times the laser
+    coefficients the box read at the point's end: a gain drift would scale with it), and the mean
+    product of two evaluations' standardised fit residuals for pairs close in demand (|dX| under
+    0.1 of the point's demand spread) but 5 or more evaluations apart, and for consecutive
+    evaluations far apart in demand (over 0.8 spreads): memory of the demand, memory of time."""
+    back, force, close, far = [], [], [], []
+    for p, X, R, _ in recs:
+        n = len(X)
+        if n < MIN_AFFINE_EVALUATIONS:
+            continue
+        A = np.c_[X, np.ones(n)]
+        res = R - A @ np.linalg.lstsq(A, R, rcond=None)[0]
+        z = res / np.sqrt(np.sum(res**2, axis=0) / (n - A.shape[1]))
+        back.append(float(np.sqrt(np.mean(np.sum(res[:, 2:] ** 2, axis=0) / (n - A.shape[1])))))
+        H = d["record_sensors_harm"][p]  # rows sin, cos; columns in1..in6
+        force.append(float(np.linalg.norm((d["Zglobal"][p] @ np.r_[H[:, 4], H[:, 5]])[2:])))
+        sx = np.sqrt(np.mean(np.var(X, axis=0)))
+        for i in range(n):
+            for j in range(i + 1, n):
+                dx, prod = np.linalg.norm(X[i] - X[j]) / sx, float(np.mean(z[i] * z[j]))
+                if dx < 0.1 and j - i >= 5:
+                    close.append(prod)
+                elif dx > 0.8 and j - i == 1:
+                    far.append(prod)
+    return {"back_misfit_vs_numerical_back_force_correlation": float(np.corrcoef(back, force)[0, 1]),
+            "pairs_close_demand_5_or_more_apart": {"pairs": len(close), "correlation": float(np.mean(close))},
+            "pairs_consecutive_far_demand": {"pairs": len(far), "correlation": float(np.mean(far))}}
+
+
 def replay_share(d, recs) -> float:
     """Share of the later points' steps the replay of their rule reproduces to 1e-6 (up to the
     first step it does not: a finite-difference re-measurement, not recorded)."""
@@ -149,7 +182,8 @@ def main(argv=None) -> int:
         "evaluations_median_all_points": float(np.median([len(X) for _, X, _, _ in recs])),
         "complete_points": len(recs),
         "later_points": step_statistics([(X, R, tol) for _, X, R, tol in later]),
-        "affine": {**misfit_structure(recs), "min_evaluations": MIN_AFFINE_EVALUATIONS},
+        "affine": {**misfit_structure(recs), "min_evaluations": MIN_AFFINE_EVALUATIONS,
+                   "memory": misfit_memory(d, recs)},
         "iterated_jacobian_condition_median": float(np.median(cond)),
         "replayed_step_share": replay_share(d, recs),
     }

@@ -25,6 +25,7 @@ from .build import build_model_or_config_error
 from .engine import MAX_CHUNK, Engine
 from .model import amplifier_input, input_harmonics
 from .reference import SteadyState
+from .scatter import DemandScatter
 from .spec import VirtualSpec
 
 __all__ = ["Demand", "VirtualRig", "open_virtual", "MAX_CALL_SAMPLES"]
@@ -86,7 +87,10 @@ class VirtualRig:
         self._engine = Engine(self._m, self.seed, noise=self.noise, per_sample=per_sample)
         self._phase = 0.0  # generator phase [rad] of the fundamental at the next sample
         self._freq: float | None = None
-        self._V = np.zeros((2, 1), complex)
+        self._V = np.zeros((2, 1), complex)  # applied (what the shakers get)
+        self._commanded = self._V  # as set (differs from the applied by the demand scatter)
+        sc = spec.demand_scatter
+        self._scatter = DemandScatter(sc, self.seed) if sc is not None and self.noise else None
         self._orders = np.array([1])
         self._closed = False
         self._uk_orders = np.array([1])  # orders of the amplifier input of the constant demand
@@ -135,7 +139,7 @@ class VirtualRig:
     @property
     def demand(self) -> Demand:
         """The demand in force (after the last :meth:`set_demand`; zero before any)."""
-        return Demand(self._freq, self._V.copy(), self._orders.copy())
+        return Demand(self._freq, self._commanded.copy(), self._orders.copy())
 
     def _check_open(self):
         if self._closed:
@@ -149,6 +153,9 @@ class VirtualRig:
         if max(int(orders.max()), 1) * f >= self.fs / 2:
             raise ValueError(f"harmonic {orders.max()} of {f:g} Hz lies above the Nyquist frequency {self.fs / 2:g} Hz")
         check_voltage(V, orders, self.config.voltage_limit_v, self.name)
+        commanded = V
+        if self._scatter is not None:
+            V = self._scatter.applied(f, V, orders, self.config.voltage_limit_v)
         f_old = self._freq if self._freq is not None else f
         allo = np.union1d(self._orders, orders)
         Vo = np.zeros((2, allo.size), complex)
@@ -170,7 +177,7 @@ class VirtualRig:
                 self._phase = float((self._phase + om * n_ramp) % (2 * np.pi))
             else:
                 self._ramp_by_samples(f_old, f, Vo, Vn, allo, n_ramp)
-        self._freq, self._V, self._orders = f, V, orders
+        self._freq, self._V, self._commanded, self._orders = f, V, commanded, orders
         self._set_input_harmonics()
         om = 2 * np.pi * f * self.dt
         self._engine.begin_segment(self._uk * np.exp(1j * self._uk_orders * self._phase), 1j * self._uk_orders * om)

@@ -20,6 +20,7 @@ import numpy as np
 from ...errors import ConfigError
 from ...numerical.table import NonlinearElementSpec, read_element_tables
 from ...schema import BeamSpec, RigCommon, Section
+from .scatter import DemandScatterSpec
 
 __all__ = [
     "CHANNELS",
@@ -159,6 +160,8 @@ class VirtualSpec:
     #: clamp, x = 0 = the interface node) and the sub-steps per sample of their explicit forces
     nonlinear: tuple[NonlinearElementSpec, ...] = ()
     nonlinear_substeps: int = NONLINEAR_SUBSTEPS
+    #: ``[virtual.demand_scatter]`` (:mod:`hbtest.rig.virtual.scatter`); None = the demand as commanded
+    demand_scatter: DemandScatterSpec | None = None
 
     def simulated_sensors(self, nominal):
         """The sensor layout the twin simulates: :attr:`true_sensors` or ``nominal``."""
@@ -252,10 +255,25 @@ def parse_virtual(sec: Section, physical: BeamSpec, sensors, common) -> VirtualS
         raise fr.error("slider_coulomb_n", "the twin does not simulate [virtual.friction] together with [[virtual.nonlinear]] elements: set one of them to 0")
     if nonlinear and skewed:
         raise sec.error("nonlinear", f"the twin does not simulate nonlinear elements together with channel skew ({', '.join(skewed)})")
+    scatter = _demand_scatter(sec.sub("demand_scatter", required=False), actuators)
     sec.finish()
     return VirtualSpec(seed=seed, beam=physical, mesh_root_element=root_el, mesh_root_length=root_len, clamp=clamp,
                        shakers=shakers, friction=friction, noise=noise, actuation_delay=delay, modal_cutoff_hz=cutoff,
-                       true_sensors=simulated, nonlinear=nonlinear, nonlinear_substeps=substeps)
+                       true_sensors=simulated, nonlinear=nonlinear, nonlinear_substeps=substeps,
+                       demand_scatter=scatter)
+
+
+def _demand_scatter(sec: Section, actuators: tuple) -> DemandScatterSpec | None:
+    """``[virtual.demand_scatter]``: ``sd_v`` (one per actuator, V rms per coefficient of the
+    fundamental) and ``correlation`` (between consecutive offsets); None when absent or all zero."""
+    if not sec.data:
+        return None
+    sd = sec.numbers("sd_v", length=len(actuators), nonnegative=True)
+    if any(x > 1.0 for x in sd):
+        raise sec.error("sd_v", f"at most 1 V per coefficient, got {list(sd)}")
+    rho = sec.number("correlation", 0.0, nonnegative=True, max=0.99)
+    sec.finish()
+    return DemandScatterSpec(tuple(sd), rho) if any(sd) else None
 
 
 def _mesh(sec: Section, physical: BeamSpec, sensors) -> tuple[float, float]:
