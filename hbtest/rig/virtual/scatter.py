@@ -3,9 +3,10 @@ commanded, by a random amount that changes with every change of demand.
 
 Why: the authors' lab residual was not a function of the demand. Fitted ``R = J X + b`` over a
 point's own evaluations, one evaluation scatters about the fit by 1.4 mN (front transducer) and
-4.6 mN (back) at the median, 10-90x the scatter between consecutive reads of one evaluation,
-uncorrelated with the response's size, with little memory from one evaluation to the next
-(README "Two solver profiles"; ``scripts/lab_iteration_stats.py``). A random offset of the
+4.6 mN (back) at the median, 2-3x (front) and 60-90x (back) the scatter between consecutive reads
+of one evaluation, not proportional to the response (correlation -0.3 with it), with little
+memory from one evaluation to the next (README "Two solver profiles";
+``scripts/lab_iteration_stats.py``, ``affine.memory``). A random offset of the
 applied demand, drawn when the demand changes and held until the next change, reproduces that
 signature: it moves each evaluation's residual by ``J delta`` and leaves the reads within an
 evaluation alone. It is a model of the signature, not of a mechanism the records identify
@@ -13,7 +14,7 @@ evaluation alone. It is a model of the signature, not of a mechanism the records
 tell).
 
 Model, per actuator ``a``, on the fundamental's complex coefficient (the convention of
-:mod:`hbtest.harmonics`: ``v(t) = Re(V e^{i w t})`` [V]): at the k-th change of demand
+:mod:`hbtest.harmonics`: ``v(t) = Re(V e^{i Omega t})`` [V]): at the k-th change of demand
 ``delta_k = rho delta_{k-1} + sqrt(1 - rho^2) sd_a (xi + i eta)``, ``xi, eta`` standard normal
 (so each of the sine and cosine coefficients scatters by ``sd_a`` [V rms]); the applied
 fundamental is ``V + delta_k``. A "change" is a new frequency or new coefficients; a demand
