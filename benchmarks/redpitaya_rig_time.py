@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -28,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from helic_overhead import PAPER, serve  # noqa: E402
-from scpi_rig_time import dead_time, frf_error  # noqa: E402
+from helic_overhead import PAPER  # noqa: E402
+from scpi_rig_time import frf_error, point_table, served_sweep  # noqa: E402
 
 from hbtest.config import load_sweep  # noqa: E402
 from hbtest.rig.virtual import VirtualRig  # noqa: E402
@@ -60,20 +58,8 @@ def main() -> None:
             base = run(load_sweep(PAPER, sets), tmp / "in.zarr", plot=False).load()
         finally:
             VirtualRig.modes = modes
-        p, ports = serve("redpitaya", "--scope-port", "0")
-        try:
-            path = rig_file(tmp, ports)
-            t0 = time.monotonic()
-            ds = run(load_sweep(PAPER, sets + [f"rig='{path}'"]), tmp / "rp.zarr", plot=False).load()
-            wall = time.monotonic() - t0
-            dead = dead_time(path)
-        finally:
-            p.send_signal(signal.SIGTERM)
-            p.communicate(timeout=30)
-    ratio = ds.rig_periods.values / base.rig_periods.values
-    print(f"{'point':>5} {'f [Hz]':>7} {'in-process':>11} {'redpitaya':>10} {'ratio':>6}")
-    for i, f in enumerate(ds.frequency.values):
-        print(f"{i + 1:>5} {f:>7.3f} {base.rig_periods.values[i]:>11.1f} {ds.rig_periods.values[i]:>10.1f} {ratio[i]:>6.2f}")
+        ds, wall, dead = served_sweep("redpitaya", lambda ports: rig_file(tmp, ports), sets, tmp / "rp.zarr")
+    ratio = point_table(base, ds, "redpitaya")
     print(f"redpitaya_rig_ratio={ds.rig_periods.values.sum() / base.rig_periods.values.sum():.3f}")
     print(f"redpitaya_rig_ratio_max_point={ratio.max():.3f}")
     print(f"dead_time_s_per_record={dead:.3f}")

@@ -79,6 +79,31 @@ def dead_time(rig_path: Path, n_periods: int = 10, f: float = 16.0) -> float:
         return time.monotonic() - t0 - n_periods / f
 
 
+def served_sweep(protocol: str, make_rig_file, sets, store: Path):
+    """The paper sweep (``sets``) through ``hbtest serve --protocol <protocol>`` (free ports):
+    (store dataset, wall seconds, scope dead time per record [s]); ``make_rig_file(ports)``
+    writes the rig file pointed at the served ports."""
+    p, ports = serve(protocol, "--scope-port", "0")
+    try:
+        path = make_rig_file(ports)
+        t0 = time.monotonic()
+        ds = run(load_sweep(PAPER, list(sets) + [f"rig='{path}'"]), store, plot=False).load()
+        return ds, time.monotonic() - t0, dead_time(path)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=30)
+
+
+def point_table(base, ds, label: str) -> np.ndarray:
+    """Print rig periods per point, in-process (``base``) against the served run (``ds``);
+    returns their ratio per point."""
+    ratio = ds.rig_periods.values / base.rig_periods.values
+    print(f"{'point':>5} {'f [Hz]':>7} {'in-process':>11} {label:>10} {'ratio':>6}")
+    for i, f in enumerate(ds.frequency.values):
+        print(f"{i + 1:>5} {f:>7.3f} {base.rig_periods.values[i]:>11.1f} {ds.rig_periods.values[i]:>10.1f} {ratio[i]:>6.2f}")
+    return ratio
+
+
 def modes_text(lam) -> str:
     return " ".join(f"{abs(x) / 2 / np.pi:.2f}Hz/{-x.real / abs(x):.3f}" for x in lam)
 
@@ -113,20 +138,8 @@ def main() -> None:
             ident = run(load_sweep(PAPER, sets), tmp / "ident.zarr", plot=False).load()
         finally:
             VirtualRig.modes = exact_modes
-        p, (gen, scope) = serve("scpi", "--scope-port", "0")
-        try:
-            path = rig_file(tmp, gen, scope, a.wait)
-            t0 = time.monotonic()
-            ds = run(load_sweep(PAPER, sets + [f"rig='{path}'"]), tmp / "scpi.zarr", plot=False).load()
-            wall = time.monotonic() - t0
-            dead = dead_time(path)
-        finally:
-            p.send_signal(signal.SIGTERM)
-            p.communicate(timeout=30)
-    ratio = ds.rig_periods.values / base.rig_periods.values
-    print(f"{'point':>5} {'f [Hz]':>7} {'in-process':>11} {'scpi':>8} {'ratio':>6}")
-    for i, f in enumerate(ds.frequency.values):
-        print(f"{i + 1:>5} {f:>7.3f} {base.rig_periods.values[i]:>11.1f} {ds.rig_periods.values[i]:>8.1f} {ratio[i]:>6.2f}")
+        ds, wall, dead = served_sweep("scpi", lambda ports: rig_file(tmp, *ports, a.wait), sets, tmp / "scpi.zarr")
+    ratio = point_table(base, ds, "scpi")
     print(f"scpi_rig_ratio={ds.rig_periods.values.sum() / base.rig_periods.values.sum():.3f}")
     ident_periods = identified.get("seconds", 0.0) * ds.frequency.values[0]
     print(f"scpi_rig_ratio_without_identification={(ds.rig_periods.values.sum() - ident_periods) / base.rig_periods.values.sum():.3f}")

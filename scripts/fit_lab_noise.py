@@ -53,6 +53,28 @@ def default_lab_dir() -> str:
     return str(ROOT.parent / "shared" / "lab")
 
 
+#: provenance of every table written from the lab records
+LAB_SOURCE = (
+    "lab_records.npz (decoded from github.com/av3116/Iterative-method-for-Real-Time-Hybrid-testing, "
+    "PaperFiguresAndResults/*.mat; MIT licence, Copyright (c) 2023 Alessandra Vizzaccaro: "
+    "tests/data/LICENSE-av3116-Iterative-method-for-RTHT.txt)"
+)
+
+
+def open_lab(prog: str, description: str, out: Path, argv=None):
+    """A lab script's arguments (``--lab DIR``, ``--out FILE``) and its records: ``(args, npz)``,
+    npz None (and one line on stderr naming the file) when ``DIR/lab_records.npz`` is missing."""
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap.add_argument("--lab", default=os.environ.get("HBTEST_LAB_DIR") or default_lab_dir())
+    ap.add_argument("--out", default=str(out))
+    a = ap.parse_args(argv)
+    src = Path(a.lab) / "lab_records.npz"
+    if not src.is_file():
+        print(f"{prog}: {src} not found (set --lab or HBTEST_LAB_DIR)", file=sys.stderr)
+        return a, None
+    return a, np.load(src)
+
+
 def lab_points(d):
     """Indices of the points used: complete, own stream, no forcing multiple near mains."""
     keep = []
@@ -296,22 +318,14 @@ def _rounded(o, digits: int):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lab", default=os.environ.get("HBTEST_LAB_DIR") or default_lab_dir())
-    ap.add_argument("--out", default=str(ROOT / "tests" / "data" / "lab_noise_fit.json"))
-    a = ap.parse_args(argv)
-    src = Path(a.lab) / "lab_records.npz"
-    if not src.is_file():
-        print(f"fit_lab_noise: {src} not found (set --lab or HBTEST_LAB_DIR)", file=sys.stderr)
+    a, d = open_lab("fit_lab_noise", __doc__.splitlines()[0], ROOT / "tests" / "data" / "lab_noise_fit.json", argv)
+    if d is None:
         return 2
-    d = np.load(src)
     pts, lines, rms, fm, corr, dens = fit(d)
     summary = summarise(d, pts, lines, rms, fm, corr, dens)
     doc = {
         "provenance": {
-            "source": "lab_records.npz (decoded from github.com/av3116/Iterative-method-for-Real-Time-Hybrid-testing, "
-            "PaperFiguresAndResults/*.mat; MIT licence, Copyright (c) 2023 Alessandra Vizzaccaro: "
-            "tests/data/LICENSE-av3116-Iterative-method-for-RTHT.txt)",
+            "source": LAB_SOURCE,
             "script": "scripts/fit_lab_noise.py",
             "method": "per-stream least squares (DC, 8 forcing orders, mains multiples 1..5 of 50 Hz); medians over points",
         },

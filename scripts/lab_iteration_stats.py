@@ -30,9 +30,7 @@ From each complete point's record (``record_xsol``, ``record_residual``: demand 
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -42,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from fit_lab_noise import default_lab_dir  # noqa: E402
+from fit_lab_noise import LAB_SOURCE, open_lab  # noqa: E402
 
 from hbtest.rig.virtual.iteration_stats import (  # noqa: E402
     MIN_AFFINE_EVALUATIONS,
@@ -159,23 +157,16 @@ def replay_share(d, recs) -> float:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lab", default=os.environ.get("HBTEST_LAB_DIR") or default_lab_dir())
-    ap.add_argument("--out", default=str(ROOT / "tests" / "data" / "lab_iteration_stats.json"))
-    a = ap.parse_args(argv)
-    src = Path(a.lab) / "lab_records.npz"
-    if not src.is_file():
-        print(f"lab_iteration_stats: {src} not found (set --lab or HBTEST_LAB_DIR)", file=sys.stderr)
+    out = ROOT / "tests" / "data" / "lab_iteration_stats.json"
+    a, d = open_lab("lab_iteration_stats", __doc__.splitlines()[0], out, argv)
+    if d is None:
         return 2
-    d = np.load(src)
     recs = records(d)
     later = later_points(d, recs)
     cond = [float(np.linalg.cond(d["invJ"][p])) for p, *_ in recs]
     doc = {
         "provenance": {
-            "source": "lab_records.npz (decoded from github.com/av3116/Iterative-method-for-Real-Time-Hybrid-testing, "
-            "PaperFiguresAndResults/*.mat; MIT licence, Copyright (c) 2023 Alessandra Vizzaccaro: "
-            "tests/data/LICENSE-av3116-Iterative-method-for-RTHT.txt)",
+            "source": LAB_SOURCE,
             "script": "scripts/lab_iteration_stats.py",
             "units": "residual N, demand V; ratios 1",
         },

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hbtest import harmonics
+from hbtest import estimators, harmonics
 from hbtest.cli import main
 from hbtest.config import load_rig
 from hbtest.errors import InstrumentError
@@ -262,6 +262,20 @@ def test_the_rig_identifies_every_mode_a_transient_fit_needs(bench):
         assert abs(-near.real / abs(near) - zeta) < 0.03, (x, lam)
 
 
+def assert_records_fit_together(recs, exact, f: float = 19.0) -> None:
+    """The lasers of ``recs`` (one demand at ``f``, in order) fitted together through the
+    transient on the rig's clock leave at most 1.3x the residual of the last record fitted
+    alone: the records' times are right relative to each other."""
+    lasers = ("l1", "l2")
+    t = np.concatenate([a.t for a in recs])
+    clock = np.concatenate([a.elapsed_s - (a.t.size - np.arange(a.t.size)) / a.sample_rate_hz for a in recs])
+    x = np.stack([np.concatenate([a.data[c] for a in recs]) for c in lasers])
+    together = estimators.fit_through_transient(t, x, f, [0, 1, 2, 3], exact, t0=float(clock[0]), clock=clock)
+    last = recs[-1]
+    alone = estimators.fit_through_transient(last.t, np.stack([last.data[c] for c in lasers]), f, [0, 1, 2, 3], exact)
+    assert np.all(together.residual_rms < 1.3 * alone.residual_rms), (together.residual_rms, alone.residual_rms)
+
+
 def test_records_of_one_demand_fit_together_through_the_transient(bench):
     """Records of one demand taken apart (a wait between them) are fitted together with the
     free decay of the modes on the rig clock: that clock must count the Sync edges between
@@ -271,7 +285,6 @@ def test_records_of_one_demand_fit_together_through_the_transient(bench):
     (with the twin's exact modes) took for a transient it could not explain. A guard, not a
     reproduction: the miscount needed the reply latency's jitter to cross half a period, and
     this test passed twice on the driver before the edges were placed by the first record."""
-    from hbtest import estimators
     from hbtest.rig.virtual import VirtualRig
 
     exact = VirtualRig(load_rig(TWIN)).modes()
@@ -284,14 +297,7 @@ def test_records_of_one_demand_fit_together_through_the_transient(bench):
         recs.append(rig.acquire(3))
         rig.wait(3.6)
         recs.append(rig.acquire(4))
-    lasers = ("l1", "l2")
-    t = np.concatenate([a.t for a in recs])
-    clock = np.concatenate([a.elapsed_s - (a.t.size - np.arange(a.t.size)) / a.sample_rate_hz for a in recs])
-    x = np.stack([np.concatenate([a.data[c] for a in recs]) for c in lasers])
-    together = estimators.fit_through_transient(t, x, 19.0, [0, 1, 2, 3], exact, t0=float(clock[0]), clock=clock)
-    last = recs[-1]
-    alone = estimators.fit_through_transient(last.t, np.stack([last.data[c] for c in lasers]), 19.0, [0, 1, 2, 3], exact)
-    assert np.all(together.residual_rms < 1.3 * alone.residual_rms), (together.residual_rms, alone.residual_rms)
+    assert_records_fit_together(recs, exact)
 
 
 def test_a_host_delayed_while_uploading_changes_the_demand_without_a_phase_jump(bench):
@@ -304,7 +310,6 @@ def test_a_host_delayed_while_uploading_changes_the_demand_without_a_phase_jump(
     delay injected into every upload, the record after a ramp, fitted through the transient
     on the twin's exact modes, gives every channel's steady state (before the fix the gauges
     were up to 15 % off and clipped)."""
-    from hbtest import estimators
     from hbtest.rig.virtual import VirtualRig
 
     exact = VirtualRig(load_rig(TWIN)).modes()
@@ -347,7 +352,6 @@ def test_a_reply_delayed_most_of_a_period_still_counts_the_records_edges(bench):
     after a record's reply (under load) had that record placed one period late (rounded to the
     nearest edge), and the fit took the jump for a transient it could not explain. With the
     same delay injected, the records still fit together as well as the last one alone."""
-    from hbtest import estimators
     from hbtest.rig.virtual import VirtualRig
 
     exact = VirtualRig(load_rig(TWIN)).modes()
@@ -366,11 +370,4 @@ def test_a_reply_delayed_most_of_a_period_still_counts_the_records_edges(bench):
         recs.append(rig.acquire(4))
         rig.dig.digitize = digitize
         recs.append(rig.acquire(3))
-    lasers = ("l1", "l2")
-    t = np.concatenate([a.t for a in recs])
-    clock = np.concatenate([a.elapsed_s - (a.t.size - np.arange(a.t.size)) / a.sample_rate_hz for a in recs])
-    x = np.stack([np.concatenate([a.data[c] for a in recs]) for c in lasers])
-    together = estimators.fit_through_transient(t, x, 19.0, [0, 1, 2, 3], exact, t0=float(clock[0]), clock=clock)
-    last = recs[-1]
-    alone = estimators.fit_through_transient(last.t, np.stack([last.data[c] for c in lasers]), 19.0, [0, 1, 2, 3], exact)
-    assert np.all(together.residual_rms < 1.3 * alone.residual_rms), (together.residual_rms, alone.residual_rms)
+    assert_records_fit_together(recs, exact)
