@@ -30,7 +30,8 @@ import numpy as np
 from .harmonics import check_orders, unpack
 
 __all__ = ["TransientFit", "fit_through_transient", "relevant_modes", "MODE_DECAY_LIMIT", "AffinePool", "pool_affine",
-           "POOL_OUTLIER_CHI2", "solution_uncertainty", "MainsEstimate", "mains_frequency"]
+           "POOL_OUTLIER_CHI2", "solution_map", "sandwich_variance",
+           "solution_uncertainty", "MainsEstimate", "mains_frequency"]
 
 #: a mode is fitted only while it has not decayed by more than ``e^-MODE_DECAY_LIMIT`` at
 #: the start of the record (faster modes are gone before the fit starts: their columns would
@@ -174,6 +175,14 @@ POOL_OUTLIER_CHI2 = 9.0
 #: floating-point floor are dropped (POOL_SVD_RCOND)
 POOL_RCOND = 1e-13
 POOL_SVD_RCOND = 1e-15
+#: :func:`pool_affine` with ``between=True`` estimates a between-evaluation variance of an
+#: output only when its misfit over the evaluations is this improbable under the stated
+#: variances alone (upper tail of chi-squared with the fit's degrees of freedom): read noise
+#: alone crosses it about once in 10^6 fits, so a rig whose evaluations repeat is pooled as
+#: without it
+POOL_BETWEEN_P = 1e-6
+#: ... by this many bisection steps on ``log(tau^2)`` (relative precision ~1e-3 of ``tau^2``)
+POOL_BETWEEN_STEPS = 40
 
 
 @dataclass(frozen=True)
@@ -194,12 +203,26 @@ class AffinePool:
     #: (n, m, m) posterior covariance of each row of ``jacobian`` (the next prior of a
     #: recursive estimate across points)
     jacobian_cov: np.ndarray | None = None
+    #: (n,) the between-evaluation variance of each output (``between=True``; zeros
+    #: otherwise or where the misfit does not show one): already in ``variance`` and ``chi2``
+    between: np.ndarray | None = None
+    #: (n_used, n) ``d value[i] / d Y[used[j], i]``: how each evaluation used enters the
+    #: estimate (with ``residuals`` (n_used, n), the fit's misfit per evaluation, the sandwich
+    #: variance of any function of the estimate: :func:`sandwich_variance`)
+    influence: np.ndarray | None = None
+    residuals: np.ndarray | None = None
+    #: (n,) the estimate's variance from the evaluations' stated variances alone (the
+    #: prior's share left out): what the reads contribute, whatever scatter there is besides
+    read_variance: np.ndarray | None = None
+    #: (n_used, n) each evaluation's leverage on its own fitted value (``d fit[j, i] / d Y[j, i]``)
+    leverage: np.ndarray | None = None
 
 
 def _pool_rows(dV, Y, w, A0, P):
     """Per-row MAP fit of ``Y[j, i] = A[i] . dV[j] + c[i]`` (weights ``w`` (J, n)), Gaussian
     prior ``A[i] ~ N(A0[i], P[i]^-1)`` (``P`` (n, m, m) precision matrices); returns
-    (c, var c, A, residuals (J, n), covariance of A (n, m, m)).
+    (c, var c, A, residuals (J, n), covariance of A (n, m, m), the inverse normal matrices
+    (n, m+1, m+1): ``d c[i] / d Y[j, i] = (Ninv[i] @ [dV[j], 1])[m] w[j, i]``).
 
     Through the normal equations; a row whose normal matrix is numerically singular
     (condition beyond 1 / :data:`POOL_RCOND`: very precise data, e.g. a noise-free rig, outweigh
@@ -231,11 +254,47 @@ def _pool_rows(dV, Y, w, A0, P):
         cov = (Vt.T * inv**2) @ Vt
         vc[i] = cov[m, m]
         covA[i] = cov[:m, :m]
+        Ninv[i] = cov
     res = Y - X @ theta.T
-    return theta[:, m], vc, theta[:, :m], res, covA
+    return theta[:, m], vc, theta[:, :m], res, covA, Ninv
 
 
-def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd=None, *, prior_cov=None) -> AffinePool:
+def _chi2_isf(p: float, dof: int) -> float:
+    """Upper ``p`` quantile of chi-squared with ``dof`` degrees of freedom."""
+    from scipy.stats import chi2
+
+    return float(chi2.isf(p, dof))
+
+
+def _between_variance(dV, Y, var, A0, P, dof: int) -> np.ndarray:
+    """Per output the variance ``tau^2`` of a random offset of each evaluation (independent
+    between evaluations, on top of the stated ``var``) at which the fit's weighted misfit
+    ``Q(tau^2) = sum_j res_j^2 / (var_j + tau^2)`` equals its degrees of freedom ``dof`` (the
+    Paule-Mandel moment estimate of a random-effects model); 0 where ``Q(0)`` is not beyond
+    the :data:`POOL_BETWEEN_P` quantile. ``Q`` falls with ``tau^2``: bisection on its log."""
+    n = Y.shape[1]
+    tau2 = np.zeros(n)
+    if dof < 1:
+        return tau2
+
+    def Q(t):
+        w = 1.0 / np.maximum(var + t, np.finfo(float).tiny)
+        return np.sum(_pool_rows(dV, Y, w, A0, P)[3] ** 2 * w, axis=0)
+
+    rows = Q(tau2) > _chi2_isf(POOL_BETWEEN_P, dof)
+    if not np.any(rows):
+        return tau2
+    lo = np.full(n, np.log(np.finfo(float).tiny))
+    hi = np.log(np.maximum(np.max((Y - np.mean(Y, axis=0)) ** 2, axis=0), np.finfo(float).tiny) + np.max(var, axis=0))
+    lo = np.maximum(lo, hi - 120.0)  # 52 orders of magnitude below the spread: nothing
+    for _ in range(POOL_BETWEEN_STEPS):
+        mid = 0.5 * (lo + hi)
+        over = Q(np.exp(mid)) > dof
+        lo, hi = np.where(over, mid, lo), np.where(over, hi, mid)
+    return np.where(rows, np.exp(0.5 * (lo + hi)), 0.0)
+
+
+def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd=None, *, prior_cov=None, between: bool = False) -> AffinePool:
     """Outputs at the demand ``at`` from evaluations ``j`` of one point: demands ``V`` (J, m),
     outputs ``Y`` (J, n) with independent noise of variances ``variance`` (J, n) (same units
     squared), through the affine model ``Y_j = A (V_j - at) + c`` fitted row by row by weighted
@@ -245,6 +304,14 @@ def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd=None, *, prior_cov=
     of each row of ``A`` (e.g. the posterior ``jacobian_cov`` of a previous pool, grown by
     what may have changed since). Evaluations the model does not explain (:data:`POOL_OUTLIER_CHI2`) are
     dropped, farthest from ``at`` first; the last evaluation (row J-1) is always kept.
+
+    ``between``: the evaluations may scatter about the affine model by more than their stated
+    variances say, by an offset drawn afresh at each evaluation (a rig whose response to the
+    same demand is not repeatable; the lab's was not: README "Two solver profiles"). Its
+    variance per output is estimated from the misfit (:func:`_between_variance`, with ``J - 1 -
+    m`` degrees of freedom) and added to every evaluation's variance before the fit and the
+    outlier test, so a scattering rig is averaged over its evaluations instead of losing them as
+    outliers, and the estimate's variance says what the scatter leaves.
 
     With one evaluation at ``at`` this is that evaluation. Unbiased when the rig is affine in
     the demand over the evaluations used and the variances are right."""
@@ -269,20 +336,54 @@ def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd=None, *, prior_cov=
             raise ValueError(f"prior_cov {C.shape} is not {(n, m, m)}")
         P = np.linalg.inv(C)
     floor = np.finfo(float).tiny
-    w_all = 1.0 / np.maximum(var, floor)
     dV_all = V - np.asarray(at, dtype=float)
     keep = np.arange(J)
     dist = np.linalg.norm(dV_all, axis=1)
+    tau2 = np.zeros(n)
     while True:
-        c, vc, A, res, covA = _pool_rows(dV_all[keep], Y[keep], w_all[keep], A0, P)
-        chi2 = np.mean(res**2 * w_all[keep], axis=1)
+        if between:
+            tau2 = _between_variance(dV_all[keep], Y[keep], var[keep], A0, P, keep.size - 1 - m)
+        w = 1.0 / np.maximum(var[keep] + tau2, floor)
+        c, vc, A, res, covA, Ninv = _pool_rows(dV_all[keep], Y[keep], w, A0, P)
+        chi2 = np.mean(res**2 * w, axis=1)
         if keep.size <= 1 or np.max(chi2) <= POOL_OUTLIER_CHI2:
             break
         cand = keep[keep != J - 1]
         if cand.size == 0:
             break
         keep = keep[keep != cand[np.argmax(dist[cand])]]
-    return AffinePool(c, vc, A, keep, chi2, covA)
+    X = np.hstack([dV_all[keep], np.ones((keep.size, 1))])
+    influence = np.einsum("ja,ia->ji", X, Ninv[:, m, :]) * w
+    leverage = np.einsum("ja,iab,jb->ji", X, Ninv, X) * w
+    read = np.sum(influence**2 * var[keep], axis=0)
+    return AffinePool(c, vc, A, keep, chi2, covA, tau2, influence, res, read, leverage)
+
+
+def solution_map(G, P, n: int) -> np.ndarray:
+    """``M = E - G J^+ P`` (n x outputs): the first-order map from an error ``dY`` of a
+    linear rig model's outputs ``Y = G V + c`` to the error of the first ``n`` outputs at its
+    solution ``R = 0``, where ``dR = P dY`` and ``J = P G`` (:func:`solution_uncertainty`). An
+    error along the rig's own response (``dY = G dV``) maps to zero: the solution moves along
+    the model and the outputs there stay."""
+    Jp = np.linalg.pinv(P @ G, rcond=1e-10)
+    return np.eye(n, G.shape[0]) - G[:n] @ Jp @ P
+
+
+def sandwich_variance(M, pool: AffinePool) -> float:
+    """The variance (trace) of ``M value`` for a pooled estimate ``pool`` (:func:`pool_affine`)
+    from its own misfit instead of the stated variances: ``sum_j |M (L_j * r_j / sqrt(1 -
+    h_j))|^2`` over the evaluations used (``L_j`` each one's influence, ``r_j`` its residual,
+    ``h_j`` its leverage: the residual of a fitted evaluation is smaller than its error by
+    ``1 - h_j`` in variance), the heteroscedasticity-consistent "sandwich" estimate HC2.
+    Whatever the evaluations' scatter is made of, it counts as much as it moves the estimate
+    through ``M``; with fewer than ``m + 2`` evaluations it says nothing (NaN)."""
+    assert pool.influence is not None and pool.residuals is not None and pool.leverage is not None
+    J, m = pool.influence.shape[0], pool.jacobian.shape[1]
+    if J < m + 2:
+        return float("nan")
+    r = pool.residuals / np.sqrt(np.clip(1.0 - pool.leverage, 1e-9, None))
+    v = (pool.influence * r) @ np.asarray(M).T  # (J, n)
+    return float(np.sum(v**2))
 
 
 def solution_uncertainty(G, P, var_Y, correlation, n: int, G_cov=None) -> float:

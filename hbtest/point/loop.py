@@ -230,11 +230,13 @@ class Measured:
 class Pooled:
     """What :meth:`PointLoop.pool` returns: the pooled ``evaluation``, the fitted rig
     ``jacobian`` (the prior itself when nothing was pooled) and its posterior row covariance
-    ``jacobian_cov`` (the prior's, possibly None, when nothing was pooled)."""
+    ``jacobian_cov`` (the prior's, possibly None, when nothing was pooled), and the affine
+    ``fit`` itself (None when nothing was pooled)."""
 
     evaluation: Evaluation
     jacobian: np.ndarray | None
     jacobian_cov: np.ndarray | None
+    fit: estimators.AffinePool | None = None
 
 
 class PointLoop:
@@ -567,7 +569,7 @@ class PointLoop:
         return corr
 
     def pool(self, num: NumericalSide, evaluations: list, G: np.ndarray, prior_fraction: float,
-             demands=None, at=None, prior_cov=None) -> Pooled:
+             demands=None, at=None, prior_cov=None, between: bool = False) -> Pooled:
         """The last of ``evaluations`` (all at this point's frequency) with its measurement
         replaced by the estimate from all of them (:func:`hbtest.estimators.pool_affine`:
         the rig output affine in the voltages, prior Jacobian ``G`` with entrywise standard
@@ -591,7 +593,10 @@ class PointLoop:
         ``prior_cov`` (rows of ``G`` x coordinates x coordinates): a full prior covariance of
         each row of the Jacobian instead of ``prior_fraction``'s entrywise one (a recursive
         estimate carried from earlier points). The posterior covariance has the same shape;
-        it is the prior's when nothing was pooled."""
+        it is the prior's when nothing was pooled.
+
+        ``between``: the evaluations may scatter by more than their noise (a between-evaluation
+        variance estimated from the misfit: :func:`hbtest.estimators.pool_affine`)."""
         last = evaluations[-1]
         # clipped records (a sensor at its full scale) are no measurement: left out of the
         # fit, and a clipped last one is returned as it is (the caller stops on it)
@@ -615,13 +620,13 @@ class PointLoop:
         floor = POOL_ROW_FLOOR * max(float(np.max(np.abs(G))), np.finfo(float).tiny)
         sd = prior_fraction * np.maximum(rowmax, floor) * np.ones_like(G)
         where = V[-1] if at is None else np.asarray(at, dtype=float)
-        pl = estimators.pool_affine(V, Y, var, where, G, sd, prior_cov=prior_cov)
+        pl = estimators.pool_affine(V, Y, var, where, G, sd, prior_cov=prior_cov, between=between)
         meas = self._pooled_measurement(num, pl, int(sum(evaluations[j].meas.n_periods for j in pl.used)), last)
         U_N, R, vec, noise = self.residual(num, meas)
         est = replace(last, meas=meas, U_N=U_N, R=R, norm=self.norm(R), vector=vec, Y=pl.value.copy(), noise=noise)
         if at is not None and demands is None:
             est = replace(est, V=where.copy())
-        return Pooled(est, pl.jacobian, pl.jacobian_cov)
+        return Pooled(est, pl.jacobian, pl.jacobian_cov, pl)
 
     def _pooled_measurement(self, num: NumericalSide, pl, n_periods: int, last: Evaluation) -> InterfaceMeasurement:
         """The interface measurement a pool estimates (:class:`hbtest.estimators.AffinePool`

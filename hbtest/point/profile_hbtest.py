@@ -57,12 +57,14 @@ class SolutionEstimate(NamedTuple):
     (:meth:`HbtestProfile.solution_estimate`): the ``estimate`` (an :class:`Evaluation` at a
     demand the rig did not hold), ``sigma`` the standard uncertainty of its interface
     displacement, ``correction`` its distance from the last measured state and
-    ``sigma_here`` the same propagation at the last demand [m, weighted norms]."""
+    ``sigma_here`` the same propagation at the last demand [m, weighted norms]; ``fit`` the
+    pooled affine fit at ``V*``."""
 
     estimate: Evaluation
     sigma: float
     correction: float
     sigma_here: float
+    fit: estimators.AffinePool | None = None
 
 
 @dataclass
@@ -240,6 +242,11 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
     #: accuracy needs (the estimate's noise is that level's: its stated uncertainty meets
     #: ``accuracy`` at one standard deviation with margin for the extrapolation)
     solution_noise_fraction = 0.95
+    #: the pooled fit of a linear single-harmonic point (the pooled-fit rule) allows its
+    #: evaluations to scatter by more than their read noise: a between-evaluation variance
+    #: estimated from the misfit (:func:`hbtest.estimators.pool_affine`, ``between``), only
+    #: where read noise cannot explain it (the twins without demand scatter pool as without it)
+    pool_between = True
 
     def window_rule(self, s: PointSettings) -> NoiseSized:
         """Noise-sized windows and records (the class constants) under the settings ``s``."""
@@ -394,24 +401,54 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
         propagation of the pooled noise at the last demand (no extrapolation: what more
         averaging buys). None when ``V*`` is beyond the voltage limit or the model's residual
         does not vanish."""
-        est, V = e, e.V.copy()
+        est, V, fit = e, e.V.copy(), None
         for _ in range(self.solution_newton_steps):
             J = loop.residual_jacobian_from_G(num, G, at=est.meas)
             V = V + solver.newton_step(J, est.vector)
             if not np.array_equal(loop.clip(V), V):
                 return None
-            est = loop.pool(num, evaluations, prior, self.pool_prior_fraction, at=V, prior_cov=prior_cov).evaluation
+            pooled = loop.pool(num, evaluations, prior, self.pool_prior_fraction, at=V, prior_cov=prior_cov,
+                               between=self.pool_between)
+            est, fit = pooled.evaluation, pooled.fit
             if est.norm <= 1e-9 * max(e.norm, loop.s.tolerance):
                 break
         if est.norm > 1e-3 * min(loop.s.tolerance, max(e.norm, np.finfo(float).tiny / 1e-3)):
             return None  # Newton on the fit did not reach its solution (a nonlinear side far off)
         n = 2 * loop.p
         C = self.output_correlation(loop, num, e.meas)
-        sigma = self.displacement_uncertainty(loop, num, G, est.meas, C)
+        sigma = self.stated_uncertainty(loop, num, G, est.meas, C, fit)
         # the same propagation with the noise of the estimate at the last demand: what more
         # averaging there buys (the extrapolation's share falls as the point closes in)
         sigma_here = self.displacement_uncertainty(loop, num, G, e.meas, C)
-        return SolutionEstimate(est, sigma, float(np.linalg.norm(est.Y[:n] - e.Y[:n])), sigma_here)
+        return SolutionEstimate(est, sigma, float(np.linalg.norm(est.Y[:n] - e.Y[:n])), sigma_here, fit)
+
+    def stated_uncertainty(self, loop: PointLoop, num: NumericalSide, G: np.ndarray, meas, correlation: np.ndarray,
+                           fit, G_cov: np.ndarray | None = None) -> float:
+        """:meth:`displacement_uncertainty` of a pooled-fit solution (``G_cov``: with the fitted
+        Jacobian's own uncertainty); where its evaluations scatter by more than their reads
+        (``fit.between`` > 0: :func:`hbtest.estimators.pool_affine`) as follows.
+        The stated variances then hold the scatter as if each output scattered on its own, and
+        propagate it in full; but a scatter along the rig's own response (``G dV``: an offset of
+        what the actuators deliver) only moves the solution along the model and leaves its
+        outputs, and the propagation ``M`` (:func:`hbtest.estimators.solution_map`) passes only
+        what is not. So the scatter's share is measured: the sandwich variance of ``M`` times
+        the estimate (:func:`hbtest.estimators.sandwich_variance`: each evaluation's misfit
+        through its influence), never below the reads' own share (``fit.read_variance``
+        propagated as :meth:`displacement_uncertainty` does). On the twin with the lab's demand
+        scatter (``[virtual.demand_scatter]``), the stated uncertainty with the scatter in full
+        was 2-5x the error against the exact structure. The Jacobian's share (``G_cov``) is
+        propagated with the reads' variances and added."""
+        full = self.displacement_uncertainty(loop, num, G, meas, correlation, G_cov)
+        if fit is None or fit.between is None or not np.any(fit.between > 0):
+            return full
+        P = loop.residual_jacobian_from_G(num, np.eye(G.shape[0]), at=meas)
+        n = 2 * loop.p
+        scattered = estimators.sandwich_variance(estimators.solution_map(G, P, n), fit)
+        if not np.isfinite(scattered):  # too few evaluations to measure it: all of it
+            return full
+        read = estimators.solution_uncertainty(G, P, fit.read_variance, correlation, n)
+        jacobian = estimators.solution_uncertainty(G, P, fit.read_variance, correlation, n, G_cov) ** 2 - read**2
+        return float(np.sqrt(max(scattered, read**2) + max(jacobian, 0.0)))
 
     def output_correlation(self, loop: PointLoop, num: NumericalSide, meas) -> np.ndarray:
         """Correlation of the packed rig outputs' errors: as the sensor reduction of ``meas``
@@ -579,7 +616,8 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
         # the carried posterior's (:meth:`point_prior`) or the entrywise one
         if not w.solve:
             w.prior = carry.jacobian
-        pooled = loop.pool(num, w.history, w.prior, self.pool_prior_fraction, prior_cov=w.prior_cov)
+        pooled = loop.pool(num, w.history, w.prior, self.pool_prior_fraction, prior_cov=w.prior_cov,
+                           between=w.solve and self.pool_between)
         w.e, carry.G, w.G_cov = pooled.evaluation, pooled.jacobian, pooled.jacobian_cov
 
     def iterate(self, loop: PointLoop, num: NumericalSide, carry: HbtestCarry, w: Walk) -> Stop:
@@ -625,7 +663,7 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
         G_post = None
         if final is not None:
             G_post = loop.pool(num, w.history, w.prior, self.pool_prior_fraction, at=final.V,
-                               prior_cov=w.prior_cov).jacobian_cov
+                               prior_cov=w.prior_cov, between=self.pool_between).jacobian_cov
         h = w.history
         if h and h[-1] is not w.e and np.array_equal(h[-1].V, w.e.V):
             h[-1] = w.e
@@ -639,8 +677,8 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
             return PointResult(reported, converged, stop.iterations, reason, message, measured=w.raw)
         sol = stop.judgement.sol
         assert sol is not None  # a reported estimate is the pooled-fit solution
-        with_G = self.displacement_uncertainty(loop, num, carry.jacobian, final.meas, self.output_correlation(loop, num, w.e.meas),
-                                               G_post)
+        with_G = self.stated_uncertainty(loop, num, carry.jacobian, final.meas, self.output_correlation(loop, num, w.e.meas),
+                                         sol.fit, G_post)
         return PointResult(final, converged, stop.iterations, reason, message, applied=w.e,
                            solution_offset=float(sol.correction), uncertainty=float(sol.sigma), noise_uncertainty=float(sol.sigma_here),
                            uncertainty_with_jacobian=with_G, measured=w.raw)

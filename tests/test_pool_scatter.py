@@ -1,0 +1,94 @@
+"""Pooling evaluations that scatter by more than their reads (``pool_affine(between=True)``)
+and the uncertainty of a solution estimated from them (``sandwich_variance``), against exact
+answers: a known between-evaluation variance is recovered; without one the pool is the plain
+pool bit for bit; the sandwich variance of a function of the estimate matches its spread over
+seeded repeats, whether the scatter is independent per output or along the rig's own response
+(an offset of the demand), where the stated variances propagated in full overstate it."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hbtest.estimators import pool_affine, sandwich_variance, solution_map
+
+
+def _design(rng, J: int, m: int):
+    """Demands around a solution, as an iteration makes them: a few far, most close."""
+    scale = np.geomspace(1.0, 0.01, J)[:, None]
+    return scale * rng.normal(size=(J, m))
+
+
+def test_a_known_between_evaluation_variance_is_recovered():
+    rng = np.random.default_rng(11)
+    J, m = 400, 2
+    A, b = rng.normal(size=(3, m)), rng.normal(size=3)
+    V = _design(rng, J, m)
+    var = 1e-4 * rng.uniform(0.5, 2.0, size=(J, 3))  # stated read variances, heteroscedastic
+    tau = np.array([0.0, 0.05, 0.2])
+    Y = V @ A.T + b + np.sqrt(var) * rng.normal(size=(J, 3)) + tau * rng.normal(size=(J, 3))
+    out = pool_affine(V, Y, var, np.zeros(m), A, 0.3, between=True)
+    assert out.used.size == J  # nothing lost as an outlier
+    assert out.between[0] == 0.0  # the reads explain row 0: no between variance
+    # moment estimate of tau^2 from J - 3 degrees of freedom: relative sd ~ sqrt(2 / J) = 7 %
+    np.testing.assert_allclose(out.between[1:], tau[1:] ** 2, rtol=0.3)
+    assert np.all(np.abs(out.value - b) < 4 * np.sqrt(out.variance))
+    plain = pool_affine(V, Y, var, np.zeros(m), A, 0.3)  # without: the scatter looks like outliers
+    assert plain.used.size < J
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), J=st.integers(2, 30))
+def test_without_scatter_the_pool_is_the_plain_pool_bit_for_bit(seed, J):
+    rng = np.random.default_rng(seed)
+    m, n = 4, 8
+    A, b = rng.normal(size=(n, m)), rng.normal(size=n)
+    V = _design(rng, J, m)
+    var = 1e-6 * rng.uniform(0.5, 2.0, size=(J, n))
+    Y = V @ A.T + b + np.sqrt(var) * rng.normal(size=(J, n))
+    prior = A * (1 + 0.3 * rng.normal(size=A.shape))
+    with_ = pool_affine(V, Y, var, V[-1], prior, 0.3 * np.abs(A).max(), between=True)
+    plain = pool_affine(V, Y, var, V[-1], prior, 0.3 * np.abs(A).max())
+    assert np.all(with_.between == 0.0)
+    for name in ("value", "variance", "jacobian", "used", "chi2"):
+        assert np.array_equal(getattr(with_, name), getattr(plain, name)), name
+
+
+def _spread_and_sandwich(along_response: bool, repeats: int = 400):
+    """Over seeded repeats of one point (m = 4 demands, n = 8 outputs, J = 12 evaluations
+    scattering 10x their reads): the mean squared error of ``M value`` (M the solution map of
+    a residual ``P Y``), the mean sandwich estimate of it, and the mean of the stated
+    variances propagated in full through ``M``."""
+    rng = np.random.default_rng(5 if along_response else 6)
+    J, m, n, k = 12, 4, 8, 4
+    A, b = rng.normal(size=(n, m)), rng.normal(size=n)
+    P = rng.normal(size=(m, n))
+    M = solution_map(A, P, k)
+    V = _design(rng, J, m)
+    read = 1e-4
+    err2, sandwich, stated = [], [], []
+    for _ in range(repeats):
+        if along_response:  # an offset of what the actuators deliver: moves Y along A
+            shift = (0.1 / np.sqrt(np.mean(A**2) * m)) * rng.normal(size=(J, m)) @ A.T
+        else:  # every output on its own
+            shift = 0.1 * rng.normal(size=(J, n))
+        Y = V @ A.T + b + shift + np.sqrt(read) * rng.normal(size=(J, n))
+        out = pool_affine(V, Y, np.full((J, n), read), np.zeros(m), A + 0.05 * rng.normal(size=A.shape), 0.3,
+                          between=True)
+        assert np.any(out.between > 0)
+        err2.append(np.sum((M @ (out.value - b)) ** 2))
+        sandwich.append(sandwich_variance(M, out))
+        stated.append(np.trace(M @ np.diag(out.variance) @ M.T))
+    return np.mean(err2), np.mean(sandwich), np.mean(stated)
+
+
+def test_the_sandwich_variance_is_the_spread_of_a_scatter_on_every_output():
+    err2, sandwich, stated = _spread_and_sandwich(along_response=False)
+    # 400 repeats: the mean squared error itself is known to ~7 %
+    assert 0.75 < sandwich / err2 < 1.25, (sandwich, err2)
+    assert 0.6 < stated / err2 < 1.6, (stated, err2)  # the stated variances are right here too
+
+
+def test_the_sandwich_variance_sees_that_a_scatter_along_the_response_leaves_the_solution():
+    err2, sandwich, stated = _spread_and_sandwich(along_response=True)
+    assert 0.75 < sandwich / err2 < 1.25, (sandwich, err2)
+    assert stated > 5 * err2, (stated, err2)  # in full, the scatter is counted where it does not act
