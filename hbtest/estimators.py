@@ -305,13 +305,12 @@ def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd=None, *, prior_cov=
     what may have changed since). Evaluations the model does not explain (:data:`POOL_OUTLIER_CHI2`) are
     dropped, farthest from ``at`` first; the last evaluation (row J-1) is always kept.
 
-    ``between``: the evaluations may scatter about the affine model by more than their stated
-    variances say, by an offset drawn afresh at each evaluation (a rig whose response to the
-    same demand is not repeatable; the lab's was not: README "Two solver profiles"). Its
-    variance per output is estimated from the misfit (:func:`_between_variance`, with ``J - 1 -
-    m`` degrees of freedom) and added to every evaluation's variance before the fit and the
-    outlier test, so a scattering rig is averaged over its evaluations instead of losing them as
-    outliers, and the estimate's variance says what the scatter leaves.
+    ``between``: the evaluations may scatter about the model by more than their variances say,
+    by an offset drawn afresh at each (a rig not repeatable for the same demand, as the lab's:
+    README "Two solver profiles"). Its variance per output, estimated from the misfit
+    (:func:`_between_variance`, ``J - 1 - m`` degrees of freedom), is added to every
+    evaluation's before the fit and the outlier test: a scattering rig is averaged over its
+    evaluations instead of losing them as outliers.
 
     With one evaluation at ``at`` this is that evaluation. Unbiased when the rig is affine in
     the demand over the evaluations used and the variances are right."""
@@ -352,11 +351,18 @@ def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd=None, *, prior_cov=
         if cand.size == 0:
             break
         keep = keep[keep != cand[np.argmax(dist[cand])]]
-    X = np.hstack([dV_all[keep], np.ones((keep.size, 1))])
-    influence = np.einsum("ja,ia->ji", X, Ninv[:, m, :]) * w
-    leverage = np.einsum("ja,iab,jb->ji", X, Ninv, X) * w
+    influence, leverage = _influence(dV_all[keep], Ninv, w)
     read = np.sum(influence**2 * var[keep], axis=0)
     return AffinePool(c, vc, A, keep, chi2, covA, tau2, influence, res, read, leverage)
+
+
+def _influence(dV, Ninv, w):
+    """Of a :func:`_pool_rows` fit (inverse normal matrices ``Ninv``, weights ``w``): each
+    evaluation's influence on the estimate ``d c[i] / d Y[j, i]`` and its leverage on its own
+    fitted value ``d fit[j, i] / d Y[j, i]``, both (J, n)."""
+    X = np.hstack([dV, np.ones((dV.shape[0], 1))])
+    m = dV.shape[1]
+    return np.einsum("ja,ia->ji", X, Ninv[:, m, :]) * w, np.einsum("ja,iab,jb->ji", X, Ninv, X) * w
 
 
 def solution_map(G, P, n: int) -> np.ndarray:
