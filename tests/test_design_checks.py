@@ -202,7 +202,11 @@ def test_explain_stop_names_the_mains_and_a_diverging_iteration():
 
 def test_mains_sweep_on_the_twin_moves_the_point_and_every_point_converges_in_bounded_time(tmp_path):
     """Mode 3 of the paper cantilever (51.9 Hz), a grid with a point on 50 Hz: the twin's
-    mains (20 microstrain on the gauges) made that point burn ~13,000 periods and fail."""
+    mains (20 microstrain on the gauges) made that point burn ~13,000 periods and fail.
+    Bounded time: within 8x the median. Next to the mains the records' leakage scatters
+    between evaluations by 2.4-3.4x what the reads state, the pooled fit sees it (a
+    between-evaluation variance) and the point averages it: 3,025 periods, 6.05x the median
+    (without: 619, but the stated uncertainty 4x too small at 50.5 Hz)."""
     from hbtest.commands.render import render
     from hbtest.sweep import run
 
@@ -211,7 +215,7 @@ def test_mains_sweep_on_the_twin_moves_the_point_and_every_point_converges_in_bo
     ds = run(cfg, tmp_path / "m.zarr", progress=events.append, plot=False)
     assert bool(np.all(ds["converged"].values))
     periods = ds["rig_periods"].values
-    assert periods.max() <= 3 * np.median(periods), periods
+    assert periods.max() <= 8 * np.median(periods), periods
     f, req, note = ds["frequency"].values, ds["frequency_requested"].values, ds["point_note"].values
     assert req[4] == 50.0 and f[4] != 50.0 and abs(f[4] - 50.0) < 0.5
     assert str(note[4]).startswith("moved from 50 to") and all(str(n) == "" for n in np.delete(note, 4))

@@ -89,7 +89,7 @@ def test_solution_estimate_equals_the_iterated_root_on_the_quiet_twin():
     history.append(step)
     pooled = loop.pool(num, history, G, prof.pool_prior_fraction)
     e, G_fit = pooled.evaluation, pooled.jacobian
-    est, sigma, offset, sigma_here = prof.solution_estimate(loop, num, history, G, None, G_fit, e)
+    est, sigma, offset, sigma_here, _ = prof.solution_estimate(loop, num, history, G, None, G_fit, e)
     np.testing.assert_allclose(est.meas.displacement, root.final.meas.displacement, rtol=1e-6)
     np.testing.assert_allclose(est.meas.force, root.final.meas.force, rtol=1e-6)
     assert est.norm < 1e-12 and offset > 1e-5  # it moved, and the fit's residual vanishes there

@@ -81,6 +81,9 @@ class Walk:
     prior_cov: np.ndarray | None
     G_cov: np.ndarray | None
     solve: bool
+    #: the last pool found its evaluations scattering by more than their reads
+    #: (:func:`hbtest.estimators.pool_affine`, ``between``)
+    scatter: bool = False
 
 
 @dataclass(frozen=True)
@@ -619,11 +622,13 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
         pooled = loop.pool(num, w.history, w.prior, self.pool_prior_fraction, prior_cov=w.prior_cov,
                            between=w.solve and self.pool_between)
         w.e, carry.G, w.G_cov = pooled.evaluation, pooled.jacobian, pooled.jacobian_cov
+        w.scatter = pooled.fit is not None and pooled.fit.between is not None and bool(np.any(pooled.fit.between > 0))
 
     def iterate(self, loop: PointLoop, num: NumericalSide, carry: HbtestCarry, w: Walk) -> Stop:
         """Phase 3, measure-pool-judge-step until converged, over range, the iteration limit
         or stalled. Progress: the residual falls, or — while the level needed is within reach
-        of averaging (``averaging_reach``) — the pooled noise does; ``stall_iterations``
+        of averaging (``averaging_reach``) — the pooled noise does (by ``progress_fraction``,
+        or at all where the evaluations scatter: ``Walk.scatter``); ``stall_iterations``
         without it re-measure the Jacobian, ``stall_restarts`` such restarts stop the point."""
         best, best_noise = w.e.norm, w.e.noise
         stalled, restarts, since, it = 0, 0, 0, 0
@@ -639,7 +644,10 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
             self.measure_step(loop, num, carry, w, j)
             since += 1
             reach = j.r_target >= self.averaging_reach * w.e.noise
-            if w.e.norm < self.progress_fraction * best or (reach and w.e.noise < self.progress_fraction * best_noise):
+            # on a rig that scatters between evaluations each one is an average more: the pooled
+            # noise falls as 1 / sqrt(evaluations), and any fall is progress
+            falls = w.e.noise < (1.0 if w.scatter else self.progress_fraction) * best_noise
+            if w.e.norm < self.progress_fraction * best or (reach and falls):
                 best, best_noise, stalled = min(best, w.e.norm), min(best_noise, w.e.noise), 0
                 continue
             stalled += 1
