@@ -44,16 +44,18 @@ def test_records_are_the_in_process_twins_for_the_f32_demand(served):
 
 
 def test_records_simulated_ahead_are_the_in_process_twins_whether_taken_or_discarded(served):
-    """The served twin simulates the next record of a stream ahead, on a copy of its twin: a
-    StreamStart of the same stream with nothing queued takes it (twice here); another count, a
-    wait, or a demand written in between discards it (three times). Every record is the
-    in-process twin's, bit for bit (f32), either way."""
+    """After the first record at a new demand the served twin simulates the next record of the
+    stream ahead, on a copy of its twin: a StreamStart of the same stream with nothing queued
+    takes it (twice here); another count, a wait, or a demand written in between discards it
+    (three times). Every record is the in-process twin's, bit for bit (f32), either way."""
     srv, path = served
     V = np.array([[1.0 - 0.5j], [0.4 + 0.1j]], np.complex64)
     W = V + np.array([[0], [0.25j]], np.complex64)
     twin = VirtualRig(load_rig(TWIN))
-    steps = [("demand", V), ("acquire", 10), ("acquire", 10), ("acquire", 7), ("wait", 3), ("acquire", 7),
-             ("demand", W), ("acquire", 7), ("acquire", 7)]
+    steps = [("demand", V), ("acquire", 10), ("acquire", 10),  # taken
+             ("demand", W), ("acquire", 10), ("acquire", 7),  # another count: discarded
+             ("demand", V), ("acquire", 7), ("wait", 3), ("acquire", 7),  # a wait: discarded
+             ("demand", W), ("acquire", 7), ("demand", V), ("acquire", 7), ("acquire", 7)]  # a demand: discarded; taken
     with open_rig(load_rig(path)) as rig:
         for what, x in steps:
             if what == "demand":

@@ -130,7 +130,7 @@ def test_per_point_tables_equal_the_in_process_run_on_the_same_measurement_path(
     with HelicServer(load_rig(TWIN), port=0) as srv:
         rig = _rig_copy(tmp_path, srv.port)
         b = run(load_sweep(PAPER, sets + [f"rig='{rig}'"]), tmp_path / "helic.zarr", plot=False)
-    assert srv.device.ahead_counts["taken"] > 0 and srv.device.ahead_counts["discarded"] > 0
+    assert srv.device.ahead_counts["taken"] > 0  # records simulated ahead were served
     monkeypatch.setattr(HelicDevice, "look_ahead", lambda self: None)
     with HelicServer(load_rig(TWIN), port=0) as srv:  # nothing simulated ahead: the same tables, bit for bit
         rig = _rig_copy(tmp_path, srv.port, "helic-plain.toml")
