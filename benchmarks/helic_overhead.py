@@ -32,7 +32,7 @@ Printed:
 - ``inprocess_s_per_point`` / ``helic_s_per_point``: the median over runs of the mean wall per
   point; the table above them: per point, the median over runs.
 - ``helic_counters``: the helic rig's counters summed over all helic runs (records retaken,
-  datagrams lost, ...); a warning is printed when any is not 0.
+  datagrams lost, ...); a warning is printed when a helic run retook a record or lost a datagram.
 - ``table_rel_diff_*``: the largest per-point table difference of any run against the first
   in-process run, over the table's largest magnitude per harmonic/DOF.
 - ``load_average_start`` / ``load_average_end``: the 1-minute load average (os.getloadavg).
