@@ -43,6 +43,36 @@ def test_records_are_the_in_process_twins_for_the_f32_demand(served):
     np.testing.assert_allclose(a.t, b.t, rtol=0, atol=1e-10)
 
 
+def test_records_simulated_ahead_are_the_in_process_twins_whether_taken_or_discarded(served):
+    """After the first record at a new demand the served twin simulates the next record of the
+    stream ahead, on a copy of its twin: a StreamStart of the same stream with nothing queued
+    takes it (twice here); another count, a wait, or a demand written in between discards it
+    (three times). Every record is the in-process twin's, bit for bit (f32), either way."""
+    srv, path = served
+    V = np.array([[1.0 - 0.5j], [0.4 + 0.1j]], np.complex64)
+    W = V + np.array([[0], [0.25j]], np.complex64)
+    twin = VirtualRig(load_rig(TWIN))
+    steps = [("demand", V), ("acquire", 10), ("acquire", 10),  # taken
+             ("demand", W), ("acquire", 10), ("acquire", 7),  # another count: discarded
+             ("demand", V), ("acquire", 7), ("wait", 3), ("acquire", 7),  # a wait: discarded
+             ("demand", W), ("acquire", 7), ("demand", V), ("acquire", 7), ("acquire", 7)]  # a demand: discarded; taken
+    with open_rig(load_rig(path)) as rig:
+        for what, x in steps:
+            if what == "demand":
+                rig.set_demand(16.5, x, [1])
+                twin.set_demand(16.5, x, [1])
+            elif what == "wait":
+                rig.wait(x)
+                twin.wait(x)
+            else:
+                a, b = rig.acquire(x), twin.acquire(x)
+                for k in a.data:
+                    np.testing.assert_array_equal(a.data[k], b.data[k].astype(np.float32))
+                np.testing.assert_allclose(a.t, b.t, rtol=0, atol=1e-10)
+            assert rig.elapsed_s == pytest.approx(twin.elapsed_s, abs=1e-12)
+    assert srv.device.ahead_counts == dict(taken=2, discarded=3)
+
+
 def test_a_coefficient_set_the_device_holds_is_not_written_again(served):
     """Per set_demand the SetPar transcript: everything at first; then only the changed set;
     for an unchanged demand one set (a demand write always reaches the device and ramps, as

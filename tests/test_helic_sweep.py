@@ -15,7 +15,7 @@ from served import INSTRUMENTS, PAPER, QUIET, TWIN, frf_error, kill_then_resume,
 from hbtest.cli import main
 from hbtest.config import load_rig, load_sweep
 from hbtest.rig import open_rig
-from hbtest.rig.helic.server import HelicServer
+from hbtest.rig.helic.server import HelicDevice, HelicServer
 from hbtest.store import RunStore
 
 
@@ -116,7 +116,9 @@ def test_per_point_tables_equal_the_in_process_run_on_the_same_measurement_path(
     """The same seed in-process (the hbtest profile without the transient fit, which needs the
     twin's modes no hardware rig offers) and through the helic path: the same iterations, stop
     reasons and rig periods at every point; the values agree to the f32 wire (the coefficients
-    the device holds are f32, which moves some samples by one ADC step). Two points in the
+    the device holds are f32, which moves some samples by one ADC step). The served twin's
+    records simulated ahead change nothing: without them the tables are the same bit for bit.
+    Two points in the
     default run (16 and 19 Hz: a fit at the nominal mains took 15 iterations at 16 Hz, 2 here)."""
     from hbtest.point.profiles import HbtestProfile
     from hbtest.sweep import run
@@ -128,6 +130,14 @@ def test_per_point_tables_equal_the_in_process_run_on_the_same_measurement_path(
     with HelicServer(load_rig(TWIN), port=0) as srv:
         rig = _rig_copy(tmp_path, srv.port)
         b = run(load_sweep(PAPER, sets + [f"rig='{rig}'"]), tmp_path / "helic.zarr", plot=False)
+    assert srv.device.ahead_counts["taken"] > 0  # records simulated ahead were served
+    monkeypatch.setattr(HelicDevice, "look_ahead", lambda self: None)
+    with HelicServer(load_rig(TWIN), port=0) as srv:  # nothing simulated ahead: the same tables, bit for bit
+        rig = _rig_copy(tmp_path, srv.port, "helic-plain.toml")
+        c = run(load_sweep(PAPER, sets + [f"rig='{rig}'"]), tmp_path / "plain.zarr", plot=False)
+    assert srv.device.ahead_counts == dict(taken=0, discarded=0)
+    for name in ("interface_displacement", "interface_force", "voltage", "rig_periods"):
+        np.testing.assert_array_equal(b[name].values, c[name].values)
     np.testing.assert_array_equal(a.iterations.values, b.iterations.values)
     np.testing.assert_array_equal(a.stop_reason.values, b.stop_reason.values)
     np.testing.assert_allclose(b.rig_periods.values, a.rig_periods.values, rtol=1e-12)
