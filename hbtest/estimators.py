@@ -371,8 +371,13 @@ def solution_map(G, P, n: int) -> np.ndarray:
     solution ``R = 0``, where ``dR = P dY`` and ``J = P G`` (:func:`solution_uncertainty`). An
     error along the rig's own response (``dY = G dV``) maps to zero: the solution moves along
     the model and the outputs there stay."""
+    return _solution_map(G, P, n)[0]
+
+
+def _solution_map(G, P, n: int):
+    """(:func:`solution_map`, ``J^+``)."""
     Jp = np.linalg.pinv(P @ G, rcond=1e-10)
-    return np.eye(n, G.shape[0]) - G[:n] @ Jp @ P
+    return np.eye(n, G.shape[0]) - G[:n] @ Jp @ P, Jp
 
 
 def sandwich_variance(M, pool: AffinePool) -> float:
@@ -405,8 +410,7 @@ def solution_uncertainty(G, P, var_Y, correlation, n: int, G_cov=None) -> float:
     ``A = dG J^+ P``, so the variance gains ``sum_i (M^T M)_ii tr(W S W^T C_i) + 2 tr(M E[A^2]
     S M^T)`` (``W = J^+ P``, ``S`` the outputs' covariance, ``C_i`` row i's covariance)."""
     var_Y = np.asarray(var_Y, dtype=float)
-    Jp = np.linalg.pinv(P @ G, rcond=1e-10)
-    M = np.eye(n, var_Y.size) - G[:n] @ Jp @ P
+    M, Jp = _solution_map(G, P, n)
     sd = np.sqrt(var_Y)
     S = correlation * np.outer(sd, sd)
     var = np.trace(M @ S @ M.T)

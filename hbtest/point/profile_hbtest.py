@@ -450,7 +450,8 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
         if not np.isfinite(scattered):  # too few evaluations to measure it: all of it
             return full
         read = estimators.solution_uncertainty(G, P, fit.read_variance, correlation, n)
-        jacobian = estimators.solution_uncertainty(G, P, fit.read_variance, correlation, n, G_cov) ** 2 - read**2
+        jacobian = 0.0 if G_cov is None else (
+            estimators.solution_uncertainty(G, P, fit.read_variance, correlation, n, G_cov) ** 2 - read**2)
         return float(np.sqrt(max(scattered, read**2) + max(jacobian, 0.0)))
 
     def output_correlation(self, loop: PointLoop, num: NumericalSide, meas) -> np.ndarray:
