@@ -181,6 +181,9 @@ POOL_SVD_RCOND = 1e-15
 #: alone crosses it about once in 10^6 fits, so a rig whose evaluations repeat is pooled as
 #: without it
 POOL_BETWEEN_P = 1e-6
+#: ... and only when the nearest of the evaluations misfit too (:func:`_scatter_near`): they
+#: are the nearer half, at least this many
+POOL_NEAR_MIN = 3
 #: ... by this many bisection steps on ``log(tau^2)`` (relative precision ~1e-3 of ``tau^2``)
 POOL_BETWEEN_STEPS = 40
 
@@ -259,7 +262,7 @@ def _pool_rows(dV, Y, w, A0, P):
     return theta[:, m], vc, theta[:, :m], res, covA, Ninv
 
 
-def _chi2_isf(p: float, dof: int) -> float:
+def _chi2_isf(p: float, dof: float) -> float:
     """Upper ``p`` quantile of chi-squared with ``dof`` degrees of freedom."""
     from scipy.stats import chi2
 
@@ -294,7 +297,50 @@ def _between_variance(dV, Y, var, A0, P, dof: int) -> np.ndarray:
     return np.where(rows, np.exp(0.5 * (lo + hi)), 0.0)
 
 
-def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd=None, *, prior_cov=None, between: bool = False) -> AffinePool:
+def _scatter_near(dV, Y, var, A0, P, rows) -> bool:
+    """Whether the misfit beyond the stated variances (in the outputs ``rows``) is there among
+    the evaluations nearest the fit's demand too: the nearer half of them (at least
+    :data:`POOL_NEAR_MIN`) fitted on their own, the misfit tested as in
+    :func:`_between_variance` with the fit's effective degrees of freedom (evaluations less
+    the sum of their leverages: the prior carries the Jacobian where they are few). A scatter
+    between evaluations does not depend on where they are (the lab's misfit correlates with
+    the distance from the point's last demand by 0.01 at the median point,
+    ``scripts/lab_iteration_stats.py``); a rig that is not affine over the evaluations (a
+    nonlinear specimen after long steps) misfits at the far ones and fits the near ones, which
+    the outlier test then keeps. False where the near ones cannot tell (too few): no
+    between-evaluation variance until they can."""
+    J = dV.shape[0]
+    k = max(POOL_NEAR_MIN, (J + 1) // 2)
+    if k >= J:
+        return False
+    near = np.argsort(np.linalg.norm(dV, axis=1), kind="stable")[:k]
+    w = 1.0 / np.maximum(var[near], np.finfo(float).tiny)
+    res, Ninv = (lambda r: (r[3], r[5]))(_pool_rows(dV[near], Y[near], w, A0, P))
+    dof = k - np.sum(_influence(dV[near], Ninv, w)[1], axis=0)
+    Q = np.sum(res**2 * w, axis=0)
+    for i in np.flatnonzero(rows):
+        if dof[i] >= 0.5 and Q[i] > _chi2_isf(POOL_BETWEEN_P, float(dof[i])):
+            return True
+    return False
+
+
+def _prior_precision(prior_sd, prior_cov, n: int, m: int) -> np.ndarray:
+    """(n, m, m) precision of each row's Jacobian prior (:func:`pool_affine`)."""
+    if prior_cov is None:
+        if prior_sd is None:
+            raise ValueError("give prior_sd or prior_cov")
+        sd = np.broadcast_to(np.asarray(prior_sd, dtype=float), (n, m))
+        if np.any(sd <= 0):
+            raise ValueError("prior_sd must be positive")
+        return np.einsum("ia,ab->iab", 1.0 / sd**2, np.eye(m))
+    C = np.asarray(prior_cov, dtype=float)
+    if C.shape != (n, m, m):
+        raise ValueError(f"prior_cov {C.shape} is not {(n, m, m)}")
+    return np.linalg.inv(C)
+
+
+def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd=None, *, prior_cov=None, between: bool = False,
+                affine: bool = False) -> AffinePool:
     """Outputs at the demand ``at`` from evaluations ``j`` of one point: demands ``V`` (J, m),
     outputs ``Y`` (J, n) with independent noise of variances ``variance`` (J, n) (same units
     squared), through the affine model ``Y_j = A (V_j - at) + c`` fitted row by row by weighted
@@ -310,7 +356,10 @@ def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd=None, *, prior_cov=
     README "Two solver profiles"). Its variance per output, estimated from the misfit
     (:func:`_between_variance`, ``J - 1 - m`` degrees of freedom), is added to every
     evaluation's before the fit and the outlier test: a scattering rig is averaged over its
-    evaluations instead of losing them as outliers.
+    evaluations instead of losing them as outliers. Unless ``affine`` (the rig is known to be
+    affine in the demand over all of them: a linear test), only where the evaluations nearest
+    ``at`` misfit too (:func:`_scatter_near`): a nonlinear rig's misfit at far evaluations is
+    no scatter, and those go as outliers.
 
     With one evaluation at ``at`` this is that evaluation. Unbiased when the rig is affine in
     the demand over the evaluations used and the variances are right."""
@@ -322,18 +371,7 @@ def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd=None, *, prior_cov=
     if Y.shape != (J, n) or var.shape != (J, n):
         raise ValueError(f"V {V.shape}, Y {Y.shape} and variance {var.shape} disagree")
     A0 = np.broadcast_to(np.asarray(prior_jacobian, dtype=float), (n, m))
-    if prior_cov is None:
-        if prior_sd is None:
-            raise ValueError("give prior_sd or prior_cov")
-        sd = np.broadcast_to(np.asarray(prior_sd, dtype=float), (n, m))
-        if np.any(sd <= 0):
-            raise ValueError("prior_sd must be positive")
-        P = np.einsum("ia,ab->iab", 1.0 / sd**2, np.eye(m))
-    else:
-        C = np.asarray(prior_cov, dtype=float)
-        if C.shape != (n, m, m):
-            raise ValueError(f"prior_cov {C.shape} is not {(n, m, m)}")
-        P = np.linalg.inv(C)
+    P = _prior_precision(prior_sd, prior_cov, n, m)
     floor = np.finfo(float).tiny
     dV_all = V - np.asarray(at, dtype=float)
     keep = np.arange(J)
@@ -342,6 +380,8 @@ def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd=None, *, prior_cov=
     while True:
         if between:
             tau2 = _between_variance(dV_all[keep], Y[keep], var[keep], A0, P, keep.size - 1 - m)
+            if not affine and np.any(tau2 > 0) and not _scatter_near(dV_all[keep], Y[keep], var[keep], A0, P, tau2 > 0):
+                tau2 = np.zeros(n)  # a nonlinearity: the far evaluations go as outliers
         w = 1.0 / np.maximum(var[keep] + tau2, floor)
         c, vc, A, res, covA, Ninv = _pool_rows(dV_all[keep], Y[keep], w, A0, P)
         chi2 = np.mean(res**2 * w, axis=1)

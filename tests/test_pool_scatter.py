@@ -36,6 +36,27 @@ def test_a_known_between_evaluation_variance_is_recovered():
     assert plain.used.size < J
 
 
+def test_a_nonlinear_misfit_is_no_scatter_unless_the_rig_is_said_affine():
+    """A rig quadratic in the demand, evaluated at distances from 1 down to 0.01, read noise
+    only: its misfit is at the far evaluations, the nearer half fits, so no between-evaluation
+    variance is estimated and the far ones go as outliers (the estimate at the demand stays
+    within its stated noise of the truth); told the rig is affine (a linear test), the pool
+    takes that misfit for scatter."""
+    rng = np.random.default_rng(5)
+    J, m = 30, 2
+    A, b = rng.normal(size=(3, m)), rng.normal(size=3)
+    V = _design(rng, J, m)
+    var = 1e-6 * np.ones((J, 3))
+    q = np.array([0.0, 0.5, 0.5])  # rows 1 and 2 quadratic, 0.5 at |V| = 1
+    Y = V @ A.T + b + np.sum(V**2, axis=1, keepdims=True) * q + np.sqrt(var) * rng.normal(size=(J, 3))
+    local = pool_affine(V, Y, var, np.zeros(m), A, 0.3, between=True)
+    assert np.all(local.between == 0.0)
+    assert local.used.size < J and np.min(np.linalg.norm(V[local.used], axis=1)) < 0.02
+    assert np.all(np.abs(local.value - b) < 4 * np.sqrt(local.variance))
+    told = pool_affine(V, Y, var, np.zeros(m), A, 0.3, between=True, affine=True)
+    assert told.between[0] == 0.0 and np.all(told.between[1:] > 0)
+
+
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000), J=st.integers(2, 30))
 def test_without_scatter_the_pool_is_the_plain_pool_bit_for_bit(seed, J):

@@ -245,10 +245,12 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
     #: accuracy needs (the estimate's noise is that level's: its stated uncertainty meets
     #: ``accuracy`` at one standard deviation with margin for the extrapolation)
     solution_noise_fraction = 0.95
-    #: the pooled fit of a linear single-harmonic point (the pooled-fit rule) allows its
-    #: evaluations to scatter by more than their read noise: a between-evaluation variance
-    #: estimated from the misfit (:func:`hbtest.estimators.pool_affine`, ``between``), only
-    #: where read noise cannot explain it (the twins without demand scatter pool as without it)
+    #: the pooled fit of a point allows its evaluations to scatter by more than their read
+    #: noise: a between-evaluation variance estimated from the misfit
+    #: (:func:`hbtest.estimators.pool_affine`, ``between``), only where read noise cannot
+    #: explain it — in a multi-harmonic (nonlinear) test only where the evaluations nearest
+    #: the fit's demand misfit too (a nonlinear specimen's misfit at far evaluations is no
+    #: scatter: those go as outliers). The twins without demand scatter pool as without it
     pool_between = True
 
     def window_rule(self, s: PointSettings) -> NoiseSized:
@@ -411,7 +413,7 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
             if not np.array_equal(loop.clip(V), V):
                 return None
             pooled = loop.pool(num, evaluations, prior, self.pool_prior_fraction, at=V, prior_cov=prior_cov,
-                               between=self.pool_between)
+                               between=self.pool_between, affine=True)
             est, fit = pooled.evaluation, pooled.fit
             if est.norm <= 1e-9 * max(e.norm, loop.s.tolerance):
                 break
@@ -421,8 +423,9 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
         C = self.output_correlation(loop, num, e.meas)
         sigma = self.stated_uncertainty(loop, num, G, est.meas, C, fit)
         # the same propagation with the noise of the estimate at the last demand: what more
-        # averaging there buys (the extrapolation's share falls as the point closes in)
-        sigma_here = self.displacement_uncertainty(loop, num, G, e.meas, C)
+        # averaging there buys (the extrapolation's share falls as the point closes in); where
+        # the evaluations scatter, the scatter's share measured as for ``sigma``, not in full
+        sigma_here = self.stated_uncertainty(loop, num, G, e.meas, C, fit)
         return SolutionEstimate(est, sigma, float(np.linalg.norm(est.Y[:n] - e.Y[:n])), sigma_here, fit)
 
     def stated_uncertainty(self, loop: PointLoop, num: NumericalSide, G: np.ndarray, meas, correlation: np.ndarray,
@@ -621,7 +624,7 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
         if not w.solve:
             w.prior = carry.jacobian
         pooled = loop.pool(num, w.history, w.prior, self.pool_prior_fraction, prior_cov=w.prior_cov,
-                           between=w.solve and self.pool_between)
+                           between=self.pool_between, affine=w.solve)
         w.e, carry.G, w.G_cov = pooled.evaluation, pooled.jacobian, pooled.jacobian_cov
         w.scatter = pooled.fit is not None and pooled.fit.between is not None and bool(np.any(pooled.fit.between > 0))
 
@@ -672,7 +675,7 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
         G_post = None
         if final is not None:
             G_post = loop.pool(num, w.history, w.prior, self.pool_prior_fraction, at=final.V,
-                               prior_cov=w.prior_cov, between=self.pool_between).jacobian_cov
+                               prior_cov=w.prior_cov, between=self.pool_between, affine=True).jacobian_cov
         h = w.history
         if h and h[-1] is not w.e and np.array_equal(h[-1].V, w.e.V):
             h[-1] = w.e
