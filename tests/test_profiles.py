@@ -15,8 +15,11 @@ from hbtest.rig import open_rig
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "sweeps" / "paper-cantilever.toml"
+#: no noise, no mains and no demand scatter (its offsets make the applied demand differ from
+#: the commanded one the exact steady states are computed at)
 QUIET_RIG = [
-    "rig_set=['virtual.noise.laser_rms_um=0.0', 'virtual.noise.gauge_rms_microstrain=0.0', 'virtual.mains.amplitude_microstrain=0.0']",
+    "rig_set=['virtual.noise.laser_rms_um=0.0', 'virtual.noise.gauge_rms_microstrain=0.0', 'virtual.mains.amplitude_microstrain=0.0', "
+    "'virtual.demand_scatter.sd_v=[0, 0]']",
 ]
 
 

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "sweeps" / "paper-cantilever.toml"
 BARE = ROOT / "sweeps" / "bare-beam.toml"
 QUIET = ["virtual.noise.laser_rms_um=0.0", "virtual.noise.gauge_rms_microstrain=0.0", "virtual.mains.amplitude_microstrain=0.0",
-         "virtual.adc.bits=0"]
+         "virtual.adc.bits=0", "virtual.demand_scatter.sd_v=[0, 0]"]
 
 
 def _loop(sweep, sets=(), rig_sets=(), seed=1):
