@@ -42,12 +42,14 @@ estimate: with the fitted rig Jacobian's own uncertainty propagated too
 (:func:`exact_jacobian_uncertainty`). Where the last is about 1 and the stated one is not, the
 outputs' noise is stated right and the fitted Jacobian is what understates; the per-point ratio
 of the stated uncertainty to the exact-Jacobian one is printed too (median and smallest).
-On a twin whose evaluations scatter between demands (``--rig-set
-virtual.demand_scatter...``) the exact-Jacobian figure propagates the stated variances in full,
-scatter included, where the profile measures the scatter's share from the pooled fit
-(:meth:`hbtest.point.profiles.HbtestProfile.stated_uncertainty`; the fit is not kept with the
-outcome), and ``periods_over_accuracy_minimum`` models the averaging of one record, which no
-record can do for a scatter between evaluations: neither figure applies there.
+The reference twin's evaluations scatter between demands as the lab's did
+(``[virtual.demand_scatter]``): the profile measures the scatter's share of its uncertainty from
+the pooled fit (:meth:`hbtest.point.profiles.HbtestProfile.stated_uncertainty`), and so does the
+noise share behind ``periods_over_accuracy_minimum`` (``noise_uncertainty``: the averaging the
+point needed is then over evaluations, each of which renews the scatter). The exact-Jacobian
+figure propagates the stated variances in full, scatter included (the fit the measured share
+needs is not kept with the outcome), so it overstates there and is printed for comparison only;
+``--rig-set virtual.demand_scatter.sd_v=[0,0]`` gives the repeatable twin, where it applies.
 
 Per sweep (``--sweeps``, default the bare-beam and the paper sweeps) and seed: the lines
 above, non-converged points with their stop reasons, and per sweep its

@@ -315,7 +315,7 @@ def _scatter_near(dV, Y, var, A0, P, rows) -> bool:
         return False
     near = np.argsort(np.linalg.norm(dV, axis=1), kind="stable")[:k]
     w = 1.0 / np.maximum(var[near], np.finfo(float).tiny)
-    res, Ninv = (lambda r: (r[3], r[5]))(_pool_rows(dV[near], Y[near], w, A0, P))
+    _, _, _, res, _, Ninv = _pool_rows(dV[near], Y[near], w, A0, P)
     dof = k - np.sum(_influence(dV[near], Ninv, w)[1], axis=0)
     Q = np.sum(res**2 * w, axis=0)
     for i in np.flatnonzero(rows):
