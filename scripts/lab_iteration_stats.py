@@ -25,7 +25,8 @@ From each complete point's record (``record_xsol``, ``record_residual``: demand 
 - the condition number of the Jacobian the lab iterated with, ``inv(invJ)`` at the point's end;
 - a replay check: the lab's stored steps are ``-invJ R`` (limited to the point's first step)
   with Broyden's second update from the previous point's ``invJ``, exactly (share of steps
-  reproduced to 1e-6), until a finite-difference re-measurement replaces it.
+  reproduced to 1e-6), until a finite-difference re-measurement replaces it;
+- :func:`remeasure_rules`: at which step each file re-measured, and on which condition.
 """
 
 from __future__ import annotations
@@ -136,24 +137,67 @@ def misfit_memory(d, recs) -> dict:
             "pairs_consecutive_far_demand": {"pairs": len(far), "correlation": float(np.mean(far))}}
 
 
+def _first_departure(d, p, X, R):
+    """The 0-based index ``k`` of the first step of point ``p`` (``X[k] -> X[k+1]``) that the
+    replay of the released rule does not reproduce to 1e-6 (a finite-difference re-measurement
+    replaced the update before it), or None; and the number of steps replayed."""
+    H = d["invJ"][p - 1].copy()
+    dX0 = -H @ R[0]
+    for k in range(len(X) - 1):
+        step = -H @ R[k]
+        rate = np.linalg.norm(step) / np.linalg.norm(dX0)
+        step = step / rate if rate > 1 else step
+        if np.linalg.norm(X[k + 1] - X[k] - step) > 1e-6 * np.linalg.norm(X[k + 1] - X[k]):
+            return k, k
+        H = bad_broyden_inverse_update(H, X[k + 1] - X[k], R[k + 1] - R[k])
+    return None, len(X) - 1
+
+
 def replay_share(d, recs) -> float:
     """Share of the later points' steps the replay of their rule reproduces to 1e-6 (up to the
     first step it does not: a finite-difference re-measurement, not recorded)."""
     ok = total = 0
     for p, X, R, _ in later_points(d, recs):
-        H = d["invJ"][p - 1].copy()
-        dX0 = -H @ R[0]
-        for k in range(len(X) - 1):
-            step = -H @ R[k]
-            rate = np.linalg.norm(step) / np.linalg.norm(dX0)
-            step = step / rate if rate > 1 else step
-            total += 1
-            if np.linalg.norm(X[k + 1] - X[k] - step) > 1e-6 * np.linalg.norm(X[k + 1] - X[k]):
-                total += len(X) - 2 - k  # the rest of the point is not replayed
-                break
-            ok += 1
-            H = bad_broyden_inverse_update(H, X[k + 1] - X[k], R[k + 1] - R[k])
+        k, replayed = _first_departure(d, p, X, R)
+        ok += replayed
+        total += len(X) - 1
     return ok / total
+
+
+def remeasure_rules(d, recs) -> dict:
+    """When each lab file re-measured the Jacobian by finite differences, from where the replay
+    of its later points first departs: the step count (``it`` of ``BroydenMethod.m``, l.154-169:
+    the re-measure follows the ``it``-th evaluation, so it departs at 0-based step ``it - 1``)
+    most departures share, how many points reached that step, how many departed there, and how
+    many of those without the released condition (residual above 2 x tolerance and risen):
+    a file whose points depart there whether or not it rose re-measured unconditionally.
+    ``majority``: the rule of the files holding most later points."""
+    files: dict = {}
+    for p, X, R, tol in later_points(d, recs):
+        f = files.setdefault(str(d["file"][p]), {"points": 0, "departures": []})
+        f["points"] += 1
+        k, _ = _first_departure(d, p, X, R)
+        n = np.linalg.norm(R, axis=1)
+        f["departures"].append((k, len(X) - 1, None if k is None or k < 1 else bool(n[k] > 2 * tol and n[k] > n[k - 1])))
+    out = {}
+    for name, f in sorted(files.items()):
+        ks = [k for k, _, _ in f["departures"] if k is not None and k > 0]
+        if not ks:
+            out[name] = {"points": f["points"], "every": None}
+            continue
+        k = max(set(ks), key=ks.count)
+        reached = sum(1 for kd, steps, _ in f["departures"] if steps > k and (kd is None or kd >= k))
+        there = [c for kd, _, c in f["departures"] if kd == k]
+        out[name] = {"points": f["points"], "every": k + 1, "reached": reached, "departed": len(there),
+                     "departed_without_the_released_condition": sum(1 for c in there if not c)}
+    votes: dict = {}
+    for v in out.values():
+        if v["every"] is not None:
+            key = (v["every"], v["departed_without_the_released_condition"] == 0)
+            votes[key] = votes.get(key, 0) + v["points"]
+    (every, if_rose), points = max(votes.items(), key=lambda kv: kv[1])
+    return {"files": out, "majority": {"every": every, "if_rose": if_rose, "points": points,
+                                       "later_points": sum(v["points"] for v in out.values())}}
 
 
 def main(argv=None) -> int:
@@ -177,6 +221,7 @@ def main(argv=None) -> int:
                    "memory": misfit_memory(d, recs)},
         "iterated_jacobian_condition_median": float(np.median(cond)),
         "replayed_step_share": replay_share(d, recs),
+        "remeasure": remeasure_rules(d, recs),
     }
     Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc, indent=1))

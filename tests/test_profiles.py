@@ -2,6 +2,7 @@
 rule (on an exactly linear stand-in loop whose answers are known), and on the twin; the rig-time
 breakdown of a point adds up."""
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -68,7 +69,12 @@ def test_published_defaults_are_the_authors_lab_settings():
     assert p.tolerance_n == 0.0016 and p.max_change_rate == 1.0 and p.line_search is False
     assert (p.read_periods, p.min_reads, p.settle_change_n) == (10, 30, 0.0013)  # 1.3 mN: the lab's settle traces
     assert (p.read_pause_s, p.transducer_spacing_m) == (0.625, 0.1116)
-    assert p.line_search_fractions == (1 / 3, 2 / 3, 1.0) and p.remeasure_every == 20
+    assert p.line_search_fractions == (1 / 3, 2 / 3, 1.0)
+    # the re-measure rule of the lab files holding most points (tests/data/lab_iteration_stats.json,
+    # written by scripts/lab_iteration_stats.py from the replay of the lab's steps)
+    rule = json.loads((ROOT / "tests" / "data" / "lab_iteration_stats.json").read_text())["remeasure"]["majority"]
+    assert (p.remeasure_every, p.remeasure_if_rose) == (rule["every"], rule["if_rose"]) == (15, False)
+    assert 2 * rule["points"] > rule["later_points"]
     assert (p.fd_min_step_v, p.fd_relative_step) == (0.05, 0.15) and p.iteration_count_offset == 1
     # their read loop: 10-period reads, at least 30, settled below 1.3 mN of change, mains kept
     r = p.window_rule(None)
@@ -154,25 +160,63 @@ def test_finite_difference_remeasure_uses_their_steps_and_inverts_the_exact_jaco
     np.testing.assert_allclose([np.max(h.V - X) for h in history], p.fd_steps(X))
 
 
-def test_finite_difference_remeasure_replaces_the_update_when_the_residual_rose_at_step_20():
-    # a rig whose residual rises at the 19th step: the next step count is 20, a multiple of 20
+class _Released(PublishedProfile):
+    """The released file's rule: every 20th step, when the residual rose above 2 x tolerance."""
+
+    remeasure_every = 20
+    remeasure_if_rose = True
+
+
+@pytest.mark.parametrize("profile, rise_at, first_fd, count", [
+    (PublishedProfile, None, 14, 4),   # the lab's majority: right after the 14th step, risen or not
+    (_Released, 19, 19, 4),            # released: after the 19th step, which raised the residual
+    (_Released, None, None, 0),        # released, nothing rose: never
+])
+def test_finite_difference_remeasure_replaces_the_update_at_its_step(profile, rise_at, first_fd, count):
+    # step counts start at 1, so the n-th multiple follows the (n-1)-th step
     A, c, F_e = _linear(7)
 
     class Rising(LinearLoop):
         def evaluate(self, num, V, transient_tol=None, kind="iteration"):
             e = super().evaluate(num, V, transient_tol, kind)
-            if kind == "iteration" and sum(k == "iteration" for _, k in self.calls) == 19:
+            if kind == "iteration" and sum(k == "iteration" for _, k in self.calls) == rise_at:
                 e.meas.force = e.meas.force + 1.0  # a disturbance: |R| rises
             return e
 
-    class Never(PublishedProfile):
+    class Never(profile):
         tolerance_n = 1e-12
 
     loop = Rising(A, c, F_e, max_iterations=20, jitter=1e-3)
     Never().run(loop, loop.num, PublishedCarry(), [])
     kinds = [k for _, k in loop.calls]
-    assert kinds.count("finite_difference") == 4
-    assert kinds.index("finite_difference") == 19  # right after the 19th step
+    assert kinds.count("finite_difference") == count
+    if first_fd is not None:
+        assert kinds.index("finite_difference") == first_fd
+
+
+def test_a_clipped_evaluation_stops_the_point_and_updates_nothing():
+    """An evaluation with a sensor over range (a safety stop of ours, not in theirs) ends the
+    point as ``overrange`` and leaves the carried inverse Jacobian as the last good evaluation
+    left it: the next point does not step with an update from a clipped record."""
+    A, c, F_e = _linear(3)
+
+    class Clipping(LinearLoop):
+        def evaluate(self, num, V, transient_tol=None, kind="iteration"):
+            e = super().evaluate(num, V, transient_tol, kind)
+            if kind == "iteration" and sum(k == "iteration" for _, k in self.calls) == 3:
+                e.meas.force = e.meas.force + 10.0  # what a clipped record reads
+                e.overrange = ("g1",)
+            return e
+
+    class Never(PublishedProfile):
+        tolerance_n = 1e-12
+
+    loop, clean = Clipping(A, c, F_e, max_iterations=20), LinearLoop(A, c, F_e, max_iterations=2)
+    carry, ref = PublishedCarry(), PublishedCarry()
+    out = Never().run(loop, loop.num, carry, [])
+    Never().run(clean, clean.num, ref, [])  # the same two good steps, then the limit
+    assert out.reason == "overrange" and sum(k == "iteration" for _, k in loop.calls) == 3
+    np.testing.assert_array_equal(carry.H, ref.H)
 
 
 def _twin_loop(overrides=()):
