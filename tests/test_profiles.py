@@ -197,7 +197,8 @@ def test_finite_difference_remeasure_replaces_the_update_at_its_step(profile, ri
 def test_a_clipped_evaluation_stops_the_point_and_updates_nothing():
     """An evaluation with a sensor over range (a safety stop of ours, not in theirs) ends the
     point as ``overrange`` and leaves the carried inverse Jacobian as the last good evaluation
-    left it: the next point does not step with an update from a clipped record."""
+    left it: the next point does not step with an update from a clipped record, and measures
+    its inverse Jacobian afresh at its start."""
     A, c, F_e = _linear(3)
 
     class Clipping(LinearLoop):
@@ -217,6 +218,13 @@ def test_a_clipped_evaluation_stops_the_point_and_updates_nothing():
     Never().run(clean, clean.num, ref, [])  # the same two good steps, then the limit
     assert out.reason == "overrange" and sum(k == "iteration" for _, k in loop.calls) == 3
     np.testing.assert_array_equal(carry.H, ref.H)
+    # the next point starts with their finite-difference re-measure of H (the carried one
+    # stepped the rig out of range), then steps as usual
+    carry.solutions.append((1.0, np.zeros(A.shape[1]), None))
+    n = len(loop.calls)
+    Never().run(loop, loop.num, carry, [])
+    assert [k for _, k in loop.calls[n:n + 1 + A.shape[1]]] == ["start"] + ["finite_difference"] * A.shape[1]
+    assert not carry.clipped
 
 
 def _twin_loop(overrides=()):

@@ -26,9 +26,11 @@ __all__ = ["PublishedProfile", "PublishedCarry"]
 @dataclass
 class PublishedCarry(Carried):
     """What the published profile carries along the sweep: its inverse residual Jacobian
-    ``H`` [V/N] (None until the first point sets it)."""
+    ``H`` [V/N] (None until the first point sets it); ``clipped``: the last point stopped on
+    a clipped record, so the next re-measures ``H`` at its start."""
 
     H: np.ndarray | None = None
+    clipped: bool = False
 
 
 @register_profile
@@ -187,6 +189,11 @@ class PublishedProfile(SolverProfile[PublishedCarry]):
         X0, R0, e = self.start(loop, num, carry, history)
         if carry.H is None:
             carry.H = self.initial_inverse_jacobian(R0, X0.size)
+        elif carry.clipped and e is not None and not e.overrange:
+            # after a point stopped on a clipped record (ours, not theirs: their loop never
+            # stopped) the carried H stepped the rig out of range: their own remedy for a
+            # poor H, the finite-difference re-measure, at the start of the next
+            carry.H = self.remeasure(loop, num, e, R0, history)
         H = carry.H
         err = [float(np.linalg.norm(R0))]
         dX0 = -H @ R0
@@ -214,7 +221,7 @@ class PublishedProfile(SolverProfile[PublishedCarry]):
             else:
                 H = solver.bad_broyden_inverse_update(H, new.V - X0, R1 - R0)
             X0, R0, e = new.V, R1, new
-        carry.H = H
+        carry.H, carry.clipped = H, reason == "overrange"
         if e is None:  # no step was allowed (max_iterations = 0): measure where we are
             e = loop.evaluate(num, X0, kind="start")
             history.append(e)
