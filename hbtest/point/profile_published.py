@@ -4,7 +4,7 @@
 point, carried along the sweep; Broyden's second update; steps limited relative to the point's
 first step; the force residual in N with their tolerance; reads of 10 periods, at least 30 of
 them, until two consecutive reads agree; a finite-difference re-measurement that replaces the
-update every 15th step as most of their lab runs did (the released file: every 20th when the
+update every 15th step as the lab files holding most points did (the released file: every 20th when the
 residual rose); line search available but off as in their lab
 runs. Units: volts, newtons (force-form residual), forcing periods."""
 
