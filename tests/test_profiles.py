@@ -227,6 +227,24 @@ def test_a_clipped_evaluation_stops_the_point_and_updates_nothing():
     assert not carry.clipped
 
 
+def test_a_clipped_evaluation_is_never_converged_however_small_its_residual():
+    """A clipped record that happens to read the solution (residual zero) is still a clipped
+    record: the point stops ``overrange``, not ``converged``."""
+    A, c, F_e = _linear(4)
+
+    class ClippedAtTheAnswer(LinearLoop):
+        def evaluate(self, num, V, transient_tol=None, kind="iteration"):
+            e = super().evaluate(num, V, transient_tol, kind)
+            if kind == "iteration":
+                e.meas.force = num.F_e.copy()  # reads exactly the demanded force
+                e.overrange = ("l2",)
+            return e
+
+    loop = ClippedAtTheAnswer(A, c, F_e, max_iterations=20)
+    out = PublishedProfile().run(loop, loop.num, PublishedCarry(), [])
+    assert out.reason == "overrange" and not out.converged
+
+
 def _twin_loop(overrides=()):
     cfg = load_sweep(PAPER, ["solver.profile=published", *QUIET_RIG, *overrides])
     rig = open_rig(load_rig(cfg.rig_path, cfg.rig_overrides), seed=3)

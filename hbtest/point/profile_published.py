@@ -212,9 +212,9 @@ class PublishedProfile(SolverProfile[PublishedCarry]):
             R1 = self.residual(loop, num, new)
             it += 1
             err.append(float(np.linalg.norm(R1)))
-            if new.overrange:  # a clipped record is no measurement: H is not updated with it
-                e = new
-                continue
+            if new.overrange:  # a clipped record is no measurement: it ends the point, H not updated
+                e, reason = new, "overrange"
+                break
             if it % self.remeasure_every == 0 and (not self.remeasure_if_rose
                                                    or (err[-1] > self.remeasure_above * tol and err[-1] > err[-2])):
                 H = self.remeasure(loop, num, new, R1, history)
