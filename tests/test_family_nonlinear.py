@@ -18,7 +18,10 @@ from hbtest.sweep import run
 SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
 CUBIC = SWEEPS / "cubic-interface.toml"
 PAPER = SWEEPS / "paper-cantilever.toml"
-QUIET = "rig_set=['virtual.noise.laser_rms_um=0.0', 'virtual.noise.gauge_rms_microstrain=0.0', 'virtual.mains.amplitude_microstrain=0.0']"
+#: no noise, no mains, no demand scatter (the multi-harmonic path does not average a scatter
+#: between evaluations: hbtest.point.profile_hbtest.HbtestProfile.pool_between)
+QUIET = ("rig_set=['virtual.noise.laser_rms_um=0.0', 'virtual.noise.gauge_rms_microstrain=0.0', "
+         "'virtual.mains.amplitude_microstrain=0.0', 'virtual.demand_scatter.sd_v=[0, 0]']")
 LEVELS = [0.005, 0.01, 0.02]
 #: grid 18.44..18.72 Hz in 0.04 Hz steps: every level's peak inside, every point below its fold
 #: (a stepped sweep up jumps down past the fold, and the point after the jump is not the peak)

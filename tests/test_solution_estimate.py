@@ -247,7 +247,10 @@ def _exact_jacobian_sigma(rig, loop, out):
 
 
 def _sweep_ratios(refresh, seed=1):
-    cfg, rig, ns, F, loop = _loop(BARE, seed=seed)
+    # without the reference twin's demand scatter: the exact-Jacobian uncertainty these ratios
+    # divide by propagates a scatter in full (README "Two solver profiles"), and on it a stalled
+    # point re-measures its Jacobian where the refresh is off
+    cfg, rig, ns, F, loop = _loop(BARE, rig_sets=["virtual.demand_scatter.sd_v=[0, 0]"], seed=seed)
     if not refresh:
         loop.profile.jacobian_refresh_points = None
     carry = HbtestCarry()
