@@ -45,6 +45,7 @@ BAD = [
     ("numerical.length_mm='long'", "numerical.length_mm", "number"),
     ("numerical.colour=3", "numerical.colour", "unknown key"),
     ("sweep.stop_hz=15", "sweep.stop_hz", "empty"),
+    ("sweep.stop_hz=1e308", "sweep.stop_hz", "100000"),  # found by tests/test_fuzz_files.py (design crashed)
     ("sweep.points=1", "sweep.points", ">= 2"),
     ("sweep.points=2.5", "sweep.points", "integer"),
     ("sweep.direction=sideways", "sweep.direction", "one of"),

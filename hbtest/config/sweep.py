@@ -236,10 +236,16 @@ def load_sweep(path, overrides=(), text: str | None = None) -> SweepConfig:
     return SweepConfig(src, name, rig_path, tuple(rig_overrides), numerical, excitation, sweep, test, solver, output, design_ps)
 
 
+#: the highest sweep frequency a file may ask for [Hz]
+MAX_FREQUENCY_HZ = 1e5
+
+
 def _read_sweep(sw: Section) -> SweepSpec:
     """``[sweep]``: the band, the grid or trace, harmonics, family and strategy."""
-    start = sw.number("start_hz", positive=True)
-    stop = sw.number("stop_hz", positive=True)
+    # beyond 100 kHz no rig kind hbtest drives can force a point (and the design's models
+    # lose every digit: a 1e308 Hz band made its least squares fail)
+    start = sw.number("start_hz", positive=True, max=MAX_FREQUENCY_HZ)
+    stop = sw.number("stop_hz", positive=True, max=MAX_FREQUENCY_HZ)
     if stop <= start:
         raise sw.error("stop_hz", f"sweep band is empty: stop_hz ({stop:g}) must exceed start_hz ({start:g})")
     from .family import read_family_fields
