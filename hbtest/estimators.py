@@ -340,7 +340,7 @@ def _prior_precision(prior_sd, prior_cov, n: int, m: int) -> np.ndarray:
 
 
 def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd=None, *, prior_cov=None, between: bool = False,
-                affine: bool = False) -> AffinePool:
+                affine: bool = True) -> AffinePool:
     """Outputs at the demand ``at`` from evaluations ``j`` of one point: demands ``V`` (J, m),
     outputs ``Y`` (J, n) with independent noise of variances ``variance`` (J, n) (same units
     squared), through the affine model ``Y_j = A (V_j - at) + c`` fitted row by row by weighted
@@ -356,10 +356,10 @@ def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd=None, *, prior_cov=
     README "Two solver profiles"). Its variance per output, estimated from the misfit
     (:func:`_between_variance`, ``J - 1 - m`` degrees of freedom), is added to every
     evaluation's before the fit and the outlier test: a scattering rig is averaged over its
-    evaluations instead of losing them as outliers. Unless ``affine`` (the rig is known to be
-    affine in the demand over all of them: a linear test), only where the evaluations nearest
-    ``at`` misfit too (:func:`_scatter_near`): a nonlinear rig's misfit at far evaluations is
-    no scatter, and those go as outliers.
+    evaluations instead of losing them as outliers. With ``affine=False`` (the rig may not be
+    affine over them: a nonlinear specimen), only where the evaluations nearest ``at`` misfit
+    too (:func:`_scatter_near`): a nonlinear rig's misfit at far evaluations is no scatter, and
+    those go as outliers. No profile uses it yet (``HbtestProfile.pool_between``).
 
     With one evaluation at ``at`` this is that evaluation. Unbiased when the rig is affine in
     the demand over the evaluations used and the variances are right."""

@@ -49,7 +49,7 @@ def test_a_nonlinear_misfit_is_no_scatter_unless_the_rig_is_said_affine():
     var = 1e-6 * np.ones((J, 3))
     q = np.array([0.0, 0.5, 0.5])  # rows 1 and 2 quadratic, 0.5 at |V| = 1
     Y = V @ A.T + b + np.sum(V**2, axis=1, keepdims=True) * q + np.sqrt(var) * rng.normal(size=(J, 3))
-    local = pool_affine(V, Y, var, np.zeros(m), A, 0.3, between=True)
+    local = pool_affine(V, Y, var, np.zeros(m), A, 0.3, between=True, affine=False)
     assert np.all(local.between == 0.0)
     assert local.used.size < J and np.min(np.linalg.norm(V[local.used], axis=1)) < 0.02
     assert np.all(np.abs(local.value - b) < 4 * np.sqrt(local.variance))

@@ -415,7 +415,7 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
             if not np.array_equal(loop.clip(V), V):
                 return None
             pooled = loop.pool(num, evaluations, prior, self.pool_prior_fraction, at=V, prior_cov=prior_cov,
-                               between=self.pool_between, affine=True)
+                               between=self.pool_between)
             est, fit = pooled.evaluation, pooled.fit
             if est.norm <= 1e-9 * max(e.norm, loop.s.tolerance):
                 break
@@ -626,7 +626,7 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
         if not w.solve:
             w.prior = carry.jacobian
         pooled = loop.pool(num, w.history, w.prior, self.pool_prior_fraction, prior_cov=w.prior_cov,
-                           between=w.solve and self.pool_between, affine=True)
+                           between=w.solve and self.pool_between)
         w.e, carry.G, w.G_cov = pooled.evaluation, pooled.jacobian, pooled.jacobian_cov
         w.scatter = pooled.fit is not None and pooled.fit.between is not None and bool(np.any(pooled.fit.between > 0))
 
@@ -677,7 +677,7 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
         G_post = None
         if final is not None:
             G_post = loop.pool(num, w.history, w.prior, self.pool_prior_fraction, at=final.V,
-                               prior_cov=w.prior_cov, between=self.pool_between, affine=True).jacobian_cov
+                               prior_cov=w.prior_cov, between=self.pool_between).jacobian_cov
         h = w.history
         if h and h[-1] is not w.e and np.array_equal(h[-1].V, w.e.V):
             h[-1] = w.e
