@@ -229,7 +229,7 @@ def model_mode(ds, near_hz: float, damping_guess: float = 0.01) -> dict:
     ``{"frequency_hz", "damping_ratio", "model"}``."""
     from .frf import _hybrid_models
 
-    ns, ps, where, _ = _hybrid_models(ds)
+    ns, ps, where, _, _ = _hybrid_models(ds)
     if ps is None:
         raise UserError("the store's sweep and rig files describe no physical substructure model ([design.physical] or [physical])")
     wn = 2 * np.pi * near_hz

@@ -147,6 +147,34 @@ def test_noise_propagation_matches_a_forward_simulation(tmp_path, frequency_hz):
     assert np.all(np.abs(u["residual_error"].values) > 0)
 
 
+def test_a_stated_uncertainty_sets_the_size_of_the_noise_band(tmp_path):
+    """Where a point states its solution's uncertainty (the hbtest profile's
+    ``displacement_uncertainty``, weighted norm |(u, l theta)|) and balanced the fundamental
+    alone, the noise part of the band has exactly that size, split between u and theta as
+    propagated; points stating none keep the propagation."""
+    ds = _forward_store(tmp_path / "stated.zarr", [16.5, 18.53, 18.6], 1, sigma_u=[3e-7, 1.5e-5], sigma_f=[2e-4, 2e-5], offset=0.0)
+    before = frf_uncertainty(ds)["u_H_noise"].values
+    stated = np.array([2e-7, np.nan, 5e-6])
+    ds["displacement_uncertainty"].values = stated
+    after = frf_uncertainty(ds)["u_H_noise"].values
+    F = np.abs(ds.external_force.sel(harmonic=1).values)
+    length = load_sweep(PAPER).test.rotation_length
+    size = np.hypot(after[:, 0], length * after[:, 1]) * F
+    np.testing.assert_allclose(size[[0, 2]], stated[[0, 2]], rtol=1e-12)
+    np.testing.assert_allclose(after[:, 0] / after[:, 1], before[:, 0] / before[:, 1], rtol=1e-12)
+    assert np.array_equal(after[1], before[1])
+    # two harmonics in the store: only the point that balanced the fundamental alone is scaled
+    import xarray as xr
+
+    from hbtest.frf import _stated_size
+    two = xr.Dataset({"displacement_uncertainty": ("frequency", [1.0, 1.0, 1.0]),
+                      "harmonic_active": (("frequency", "harmonic"), [[True, False], [True, True], [False, True]])},
+                     coords={"harmonic": [1, 2]})
+    var = np.full((3, 2), 4.0)  # weighted: 4 + 0.5^2 4 = 5, stated 1: scaled by 1/5
+    np.testing.assert_array_equal(_stated_size(two, var, 1, 0.5), [[0.8, 0.8], [4.0, 4.0], [4.0, 4.0]])
+    np.testing.assert_array_equal(_stated_size(two.drop_vars("harmonic_active"), var, 1, 0.5), var)
+
+
 # ---------------------------------------------------------------------------------------
 # modal fit
 
