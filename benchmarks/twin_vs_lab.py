@@ -15,7 +15,11 @@ misfit: the scatter of one evaluation about ``R = J X + b`` fitted over a point'
 (lab: its points with 14 or more; twin: 14 evaluations at demands scattered as the lab's about
 the solution at 16.5, 17.5 and 18.5 Hz). Printed as ``lab_iteration_median=``,
 ``twin_iteration_median=``, ``lab_affine_misfit_mN=``, ``twin_affine_misfit_mN=`` (not in
-the worst ratio: a gap the twin does not close, README "Two solver profiles").
+the worst ratio: a gap the twin does not close, README "Two solver profiles"). Beside them the
+largest change of the solution demand between neighbouring points (lab: ``Xsol`` of its files;
+twin: the paper sweep solved by the hbtest profile on the noise-free twin), a property of the
+sweep's grid rather than of the twin: where the paper sweep's steps move the solution farther
+than any lab step did, the published profile overshoots into the lasers' range.
 
 Lab figures: ``tests/data/lab_noise_fit.json`` (``scripts/fit_lab_noise.py`` from the lab
 records). Twin figures, computed the same way:
@@ -202,6 +206,17 @@ def twin_iterations(rig_path: Path, seed: int, spread_v: float, frequencies=FREQ
     return out
 
 
+def twin_solution_jumps(rig_path: Path, seed: int, rig_set=()) -> np.ndarray:
+    """Change of the solving demand between neighbouring points of the paper sweep [V, 2-norm
+    over the coefficients, as the lab's ``Xsol``]: the hbtest profile on the noise-free twin."""
+    from rig_time import run_profile
+
+    _, rig, outs, _, _, _ = run_profile(PAPER, "hbtest", None, seed, noise_free=True, rig_file=rig_path, rig_set=rig_set)
+    rig.close()
+    V = np.array([o.final.V for o in outs])
+    return np.linalg.norm(np.diff(V, axis=0), axis=1)
+
+
 def front_back(components) -> tuple[float, float]:
     """rms of the front (first two) and back (last two) residual components."""
     c = np.asarray(components)
@@ -322,6 +337,13 @@ def main() -> int:
     print(f"\n{title:42s} {'lab':>10s} {'twin':>10s} {'ratio':>7s}")
     for name, lab, t, unit in iteration_rows(lab_it, twin_it):
         print(f"{name:42s} {lab:10.4g} {t:10.4g} {t / lab:7.2f}  {unit}")
+    jumps = twin_solution_jumps(a.rig, a.seed, a.rig_set)
+    lab_jump = lab_it["solution_jumps"]["max_v"]
+    print(f"{'solution change between points, max':42s} {lab_jump:10.4g} {jumps.max():10.4g} {jumps.max() / lab_jump:7.2f}  V"
+          f"  (the sweep's grid, not the twin: the lab refined its grid to "
+          f"{min(v['finest_step_hz'] for v in lab_it['solution_jumps']['files'].values()):g}-"
+          f"{max(v['finest_step_hz'] for v in lab_it['solution_jumps']['files'].values()):g} Hz at the resonance; "
+          f"the paper sweep steps 0.1 Hz; {int((jumps > lab_jump).sum())} of its steps move farther than any lab step)")
     print(f"twin_converged={twin_it['converged']}/{twin_it['points']}")
     print(f"lab_iteration_median={lab_it['evaluations_median_all_points']:g}")
     print(f"twin_iteration_median={twin_it['evaluations_median_all_points']:g}")

@@ -26,7 +26,10 @@ From each complete point's record (``record_xsol``, ``record_residual``: demand 
 - a replay check: the lab's stored steps are ``-invJ R`` (limited to the point's first step)
   with Broyden's second update from the previous point's ``invJ``, exactly (share of steps
   reproduced to 1e-6), until a finite-difference re-measurement replaces it;
-- :func:`remeasure_rules`: at which step each file re-measured, and on which condition.
+- :func:`remeasure_rules`: at which step each file re-measured, and on which condition;
+- :func:`solution_jumps`: how far the solution ``Xsol`` moved between neighbouring points of a
+  file, and the finest frequency step each file took (the lab refined its grid at the
+  resonance).
 """
 
 from __future__ import annotations
@@ -200,6 +203,26 @@ def remeasure_rules(d, recs) -> dict:
                                        "later_points": sum(v["points"] for v in out.values())}}
 
 
+def solution_jumps(d) -> dict:
+    """Change of the solution demand ``Xsol`` between neighbouring complete points of each file
+    [V, 2-norm over the four coefficients], absolute and over the larger of the two solutions,
+    and each file's smallest frequency step [Hz]: ``max_v``, ``max_relative``,
+    ``relative_p90`` over all files, ``files``."""
+    f, fr, X, ok = d["file"], d["frequency"], d["Xsol"], d["complete"]
+    files: dict = {}
+    for p in range(1, fr.size):
+        if f[p] != f[p - 1] or not (ok[p] and ok[p - 1]) or not np.all(np.isfinite(X[[p - 1, p]])):
+            continue
+        jump = float(np.linalg.norm(X[p] - X[p - 1]))
+        size = max(float(np.linalg.norm(X[p])), float(np.linalg.norm(X[p - 1])))
+        files.setdefault(str(f[p]), []).append((jump, jump / size, abs(float(fr[p] - fr[p - 1]))))
+    rel = [r for v in files.values() for _, r, _ in v]
+    return {"max_v": max(j for v in files.values() for j, _, _ in v), "max_relative": max(rel),
+            "relative_p90": float(np.percentile(rel, 90)),
+            "files": {k: {"max_v": max(j for j, _, _ in v), "finest_step_hz": round(min(s for _, _, s in v), 6)}
+                      for k, v in sorted(files.items())}}
+
+
 def main(argv=None) -> int:
     out = ROOT / "tests" / "data" / "lab_iteration_stats.json"
     a, d = open_lab("lab_iteration_stats", __doc__.splitlines()[0], out, argv)
@@ -222,6 +245,7 @@ def main(argv=None) -> int:
         "iterated_jacobian_condition_median": float(np.median(cond)),
         "replayed_step_share": replay_share(d, recs),
         "remeasure": remeasure_rules(d, recs),
+        "solution_jumps": solution_jumps(d),
     }
     Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc, indent=1))
