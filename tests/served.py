@@ -134,9 +134,10 @@ def sweep(rig: Path, store: Path, sets, sweep_file: Path = PAPER):
     return xr.open_zarr(store, consolidated=False).load()
 
 
-def served_sweep(tmp_path: Path, protocol: str, sets, twin: Path = TWIN):
-    """The paper sweep under ``sets`` through a freshly served peer (stopped cleanly after)."""
-    served = serve(protocol, twin=twin)
+def served_sweep(tmp_path: Path, protocol: str, sets, twin: Path = TWIN, serve_sets=()):
+    """The paper sweep under ``sets`` through a freshly served peer (stopped cleanly after);
+    ``serve_sets``: ``--set`` overrides of the served twin."""
+    served = serve(protocol, None, *[a for s in serve_sets for a in ("--set", s)], twin=twin)
     try:
         ds = sweep(served.rig_file(tmp_path), tmp_path / f"{protocol}.zarr", sets)
     finally:
