@@ -81,10 +81,10 @@ def test_config_default_is_stepped_and_the_cubic_sweep_traces_by_arclength():
     cfg = load_sweep(REPO / "sweeps" / "paper-cantilever.toml")
     assert cfg.sweep.continuation == "stepped" and "stepped" in CONTINUATIONS
     cub = load_sweep(CUBIC)
-    assert cub.sweep.continuation == "arclength" and cub.sweep.max_points == 400
+    assert cub.sweep.continuation == "arclength" and cub.sweep.max_points == 800
     s = settings_from(cub)
     d = ArclengthSettings()
-    assert (s.initial_step, s.min_step, s.max_step, s.max_points) == (d.initial_step, d.min_step, d.max_step, 400)
+    assert (s.initial_step, s.min_step, s.max_step, s.max_points) == (d.initial_step, d.min_step, d.max_step, 800)
 
 
 @pytest.mark.parametrize("override, key", [
