@@ -87,9 +87,10 @@ variances carry such a scatter in full, and the propagation above has no cross-c
 cancel it. So where a point states its uncertainty and balanced harmonic k alone, the noise
 variance of ``U*`` is scaled to that statement, keeping the propagation's split between u and
 theta; points that state none (the published profile) keep the propagation. Measured on the
-newcomer's paper sweep on the reference twin (with the lab's demand scatter): propagated, the
-band was up to 1.29 % of |H| (1 sigma) and the normalised rms error 0.82; at the stated size
-0.49 % and 1.00, 2-sigma coverage of the 62 values 0.95.
+newcomer's paper sweep (``hbtest sweep sweeps/paper-cantilever.toml``, the reference twin with
+the lab's demand scatter; :func:`uncertainty_coverage` against the exact structure, 62 values):
+propagated, the band reached 1.29 % of |H| (1 sigma) and the normalised rms error was 0.77; at
+the stated size 0.44 % and 0.95, 2-sigma coverage 1.00 (complex) and 0.94 (magnitude).
 
 Calibration uncertainty
 -----------------------
