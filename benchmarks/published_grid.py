@@ -26,11 +26,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rig_time import REFERENCE_RIG, ROOT  # noqa: E402
-
-from hbtest.config import load_rig, load_sweep  # noqa: E402
-from hbtest.point import PointLoop, PointSettings  # noqa: E402
-from hbtest.rig import open_rig  # noqa: E402
+from rig_time import ROOT, run_profile  # noqa: E402
 
 PAPER = ROOT / "sweeps" / "paper-cantilever.toml"
 
@@ -43,15 +39,9 @@ def lab_grid(step_hz: float) -> np.ndarray:
 
 def run(seed: int, grid: np.ndarray) -> list:
     """The published profile's outcomes over ``grid`` on the reference twin, seeded."""
-    cfg = load_sweep(PAPER, ["solver.profile=published", f"rig={REFERENCE_RIG}"])
-    rig = open_rig(load_rig(cfg.rig_path, cfg.rig_overrides), seed=seed)
-    try:
-        ns = cfg.numerical.substructure()
-        loop = PointLoop(rig, ns, cfg.excitation.force_vector(ns), PointSettings.from_config(cfg))
-        carry = loop.new_carry()
-        return [loop.run(float(f), carry) for f in grid]
-    finally:
-        rig.close()
+    _, rig, outs, _, _, _ = run_profile(PAPER, "published", None, seed, frequencies=grid)
+    rig.close()
+    return outs
 
 
 def main(argv=None) -> int:

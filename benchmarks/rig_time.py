@@ -98,10 +98,11 @@ NOISE_KEYS = ("virtual.noise.", "virtual.mains.")
 
 
 def run_profile(sweep_file: Path, profile: str, points: int | None, seed: int, noise_free: bool = False,
-                rig_file: Path | None = REFERENCE_RIG, rig_set=()):
+                rig_file: Path | None = REFERENCE_RIG, rig_set=(), frequencies=None):
     """(cfg, rig, outcomes, references, wall seconds, exact-Jacobian uncertainties) of one
     sweep, as the sweep runs it (on ``rig_file`` when given, see ``REFERENCE_RIG``, changed by
-    the rig-file overrides ``rig_set``); the last is :func:`exact_jacobian_uncertainty` per point."""
+    the rig-file overrides ``rig_set``; over ``frequencies`` [Hz] instead of the sweep's grid
+    when given); the last is :func:`exact_jacobian_uncertainty` per point."""
     overrides = [f"solver.profile={profile}"] + ([f"sweep.points={points}"] if points else [])
     cfg = load_sweep(sweep_file, overrides)
     if rig_file is not None or rig_set:
@@ -117,7 +118,7 @@ def run_profile(sweep_file: Path, profile: str, points: int | None, seed: int, n
     carry = loop.new_carry()
     outs, refs = [], []
     t0 = time.monotonic()
-    for f in cfg.sweep.frequencies_hz:
+    for f in cfg.sweep.frequencies_hz if frequencies is None else frequencies:
         outs.append(loop.run(float(f), carry))
         refs.append(rig.emulated_interface_response(ns, F, float(f), loop.orders))
     wall = time.monotonic() - t0
