@@ -92,7 +92,9 @@ def test_rig_check_takes_a_record_on_a_scope_with_ten_percent_pre_trigger(bench,
         assert s.query("*OPC?") == "1"
         s.write(":WAV:SOUR CHAN1")
         pre = [float(x) for x in s.query(":WAV:PRE?").split(",")]
-        assert pre[5] == pytest.approx(-0.1)  # x origin: the first point 0.1 s before the trigger
+        # x origin: the first point 0.1 s before the trigger, within one point (x increment): the
+        # trigger edge falls between samples (exact only when the Sync edge happened to fall on one)
+        assert pre[5] == pytest.approx(-0.1, abs=pre[4])
 
 
 @settings(max_examples=200, deadline=None)
@@ -309,7 +311,11 @@ def test_a_host_delayed_while_uploading_changes_the_demand_without_a_phase_jump(
     the next instant the old waveform is at the phase the new one starts from: with the same
     delay injected into every upload, the record after a ramp, fitted through the transient
     on the twin's exact modes, gives every channel's steady state (before the fix the gauges
-    were up to 15 % off and clipped)."""
+    were up to 15 % off and clipped). Under CI load the gauges still clipped once (10.002 V):
+    the simulated generator restarted when it got round to the command, 5-8 ms after it arrived
+    and tens of ms under load; it now restarts as of the arrival, and a host that oversleeps
+    the landing waits a period more (measured on a 3x oversubscribed machine: landing within
+    6 ms, gauges at most 5.4 V)."""
     from hbtest.rig.virtual import VirtualRig
 
     exact = VirtualRig(load_rig(TWIN)).modes()
@@ -371,3 +377,74 @@ def test_a_reply_delayed_most_of_a_period_still_counts_the_records_edges(bench):
         rig.dig.digitize = digitize
         recs.append(rig.acquire(3))
     assert_records_fit_together(recs, exact)
+
+
+def test_a_host_that_oversleeps_a_restart_waits_a_period_rather_than_jump_the_phase(bench):
+    """A loaded host wakes late for a restart it timed: the burst then lands that late, a phase
+    jump of the demand. The driver checks its wake-up and, later than 5 % of a period, aims at
+    the next period: with half a period of oversleep injected, the generator's restart arrives
+    within a quarter period of its intended landing (it would be half a period late) and the
+    wait is counted."""
+    arrivals = []
+    execute = bench.generator.execute
+
+    def stamped(cmd):
+        if cmd.header.endswith("ARB:SYNC"):
+            arrivals.append(cmd.received)
+        return execute(cmd)
+
+    bench.generator.execute = stamped
+    try:
+        with open_bench_rig(bench) as rig:
+            rig.set_demand(19.0, np.array([[1.0], [0.3j]]), [1], ramp_periods=0.0)
+            rig.wait(5)
+            sleep, slept = rig._sleep, []
+
+            def oversleep(s):  # the first sleep of the restart runs half a period long
+                sleep(s + (0.5 / 19.0 if not slept else 0.0))
+                slept.append(s)
+
+            waited = rig.counters["restart_periods_waited"]
+            rig._sleep = oversleep
+            try:
+                rig.set_demand(19.0, np.array([[1.0j], [0.3]]), [1], ramp_periods=0.0)  # a new shape: a restart
+            finally:
+                rig._sleep = sleep
+            assert rig.counters["restart_periods_waited"] >= waited + 1
+            assert abs(arrivals[-1] - rig._t_land) < 0.25 / 19.0
+    finally:
+        bench.generator.execute = execute
+
+
+def test_the_simulator_acts_on_a_command_as_of_its_arrival():
+    """The simulated instruments take milliseconds per command (the twin advanced to the wall
+    clock), more on a loaded machine; a real generator acts on a restart when it arrives. Three
+    commands sent back to back to an instrument that takes 50 ms over each are stamped with
+    their arrival, not with the moment the simulator got to them (100 ms later for the third)."""
+    from hbtest.rig.scpi.sim import ScpiServer
+
+    class Slow:
+        def __init__(self):
+            self.seen = []
+
+        def execute(self, cmd):
+            self.seen.append((cmd.header, cmd.received, time.monotonic()))
+            time.sleep(0.05)
+            return b"1\n" if cmd.query else None
+
+        def push_error(self, e):
+            raise AssertionError(e)
+
+    inst = Slow()
+    with ScpiServer(inst, name="slow") as srv:
+        lk = ScpiLink(open_resource(srv.resource, "slow", timeout_ms=2000), "slow")
+        t_sent = time.monotonic()
+        for cmd in ("SOUR1:FUNC:ARB A", "SOUR2:FUNC:ARB B", "FUNC:ARB:SYNC"):
+            lk.write(cmd)
+        t_written = time.monotonic()
+        assert lk.query("*OPC?") == "1"
+        lk.close()
+    assert [h for h, _, _ in inst.seen] == ["SOUR:FUNC:ARB", "SOUR:FUNC:ARB", "FUNC:ARB:SYNC", "*OPC?"]
+    (_, r1, _), _, (_, r3, run3), _ = inst.seen
+    assert t_sent <= r1 <= r3 <= t_written + 0.002  # arrived while the host was still writing
+    assert run3 - r3 > 0.09  # the simulator got to the third one two commands' work later

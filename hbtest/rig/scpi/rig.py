@@ -74,6 +74,7 @@ AMBIGUOUS_FRACTION = 0.25  # of a period: an earlier edge this long after arming
 MAX_EDGE_RETAKES = 2  # a record with an ambiguous edge is taken again at most this many times
 LAND_GUARD_S = 0.001  # [s] added to a restart's landing bracket (clock reads around the writes)
 LATE_RESTART_FRACTION = 0.05  # a restart burst answered later than this fraction of a period is counted late
+MAX_LATE_WAKES = 3  # a host that wakes this late for a restart waits a period more, at most this many times
 
 
 @dataclass(frozen=True)
@@ -308,14 +309,7 @@ class ScpiRig:
         took = self._clock() - t_start
         self._restart_latency_s = max(0.5 * self._restart_latency_s + 0.5 * took * RESTART_ALLOWANCE, RESTART_MIN_S)
         period = 1.0 / self._f_sync if self._t_sync is not None and self._f_sync > 0 else 0.0
-        t_land = t_target
-        now = self._clock()
-        if period > 0 and now + self._burst_latency_s > t_target:
-            missed = math.ceil((now + self._burst_latency_s - t_target) / period)
-            t_land = t_target + missed * period
-            self.counters["restart_periods_waited"] += missed
-        if t_land - self._burst_latency_s > now:
-            self._sleep(t_land - self._burst_latency_s - now)
+        t_land = self._wait_for_landing(t_target, period)
         t_send = self._clock()
         for i, c in chans:
             st = self.gen.state[c.channel]
@@ -334,6 +328,25 @@ class ScpiRig:
         self._theta, self._t_sync, self._f_sync = theta, t_land, frequency_hz
         self._t_land = t_land
         self._edges_placed = False
+
+    def _wait_for_landing(self, t_land: float, period: float) -> float:
+        """Sleep until the restart burst is due to land at ``t_land`` [s, host clock] or whole
+        periods of the old waveform later (each counted in ``restart_periods_waited``), and
+        return that landing. A wake-up later than :data:`LATE_RESTART_FRACTION` of a period
+        (a loaded host oversleeps) waits for the next period, at most :data:`MAX_LATE_WAKES`
+        times, rather than send a burst whose landing would jump the demand's phase."""
+        for wake in range(MAX_LATE_WAKES + 1):
+            now = self._clock()
+            late = now + self._burst_latency_s - t_land
+            if period > 0 and late > (LATE_RESTART_FRACTION * period if wake else 0.0):
+                missed = math.ceil(late / period)
+                t_land += missed * period
+                self.counters["restart_periods_waited"] += missed
+            elif wake:
+                break
+            if t_land - self._burst_latency_s > now:
+                self._sleep(t_land - self._burst_latency_s - now)
+        return t_land
 
     def _phase_at(self, t: float) -> float:
         """Demand phase [rad] of the fundamental at clock time ``t`` (0 before any restart)."""

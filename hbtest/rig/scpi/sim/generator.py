@@ -19,7 +19,9 @@ What is simulated, with the manual section each behaviour comes from:
   waveform reaches an output that is on (:attr:`Generator.default_on_output`).
 - ``FUNCtion:ARBitrary <name>`` selects a waveform (in memory, else -224) and restarts the
   channel at its first point; ``FUNCtion:ARBitrary:SRATe`` [Sa/s]; ``FUNCtion:ARBitrary:SYNChronize``
-  restarts both channels' arbitrary waveforms together ("FUNCtion:ARBitrary:SYNChronize").
+  restarts both channels' arbitrary waveforms together ("FUNCtion:ARBitrary:SYNChronize"). A
+  restart takes effect as of the command's arrival (:attr:`.server.Command.received`), however
+  long this simulator then takes to advance the twin.
 - ``VOLTage`` (amplitude, ``VOLTage:UNIT VPP``), ``VOLTage:OFFSet``, ``VOLTage:LIMit:HIGH/LOW``
   and ``VOLTage:LIMit:STATe``: with limits on, a setting whose ``offset +/- amplitude/2`` leaves
   the limits is refused with -222 (Data out of range) and the old value kept.
@@ -228,7 +230,7 @@ class Generator:
             self._update(n)
             return None
         if rest == ("PHAS", "SYNC"):
-            self._restart_both()
+            self._restart_both(cmd.received)
             return None
         raise SimError(-113, "Undefined header")
 
@@ -305,7 +307,7 @@ class Generator:
             if name not in c.memory:
                 raise SimError(-224, "Illegal parameter value")
             c.arb = name
-            c.restart_phase = self.plant.phase_now()
+            c.restart_phase = self.plant.phase_at(cmd.received)
             self._update(n)
             return None
         if rest == ("ARB", "SRAT"):
@@ -313,12 +315,12 @@ class Generator:
             self._update(n)
             return None
         if rest == ("ARB", "SYNC"):
-            self._restart_both()
+            self._restart_both(cmd.received)
             return None
         raise SimError(-113, "Undefined header")
 
-    def _restart_both(self) -> None:
-        ph = self.plant.phase_now()
+    def _restart_both(self, received: float | None) -> None:
+        ph = self.plant.phase_at(received)
         for n in (1, 2):
             self.ch[n].restart_phase = ph
             self._update(n)

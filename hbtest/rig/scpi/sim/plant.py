@@ -79,6 +79,17 @@ class Plant:
             self.advance()
             return float(self.twin._phase)
 
+    def phase_at(self, t: float | None) -> float:
+        """The twin's generator phase [rad] at wall-clock time ``t`` [s, ``clock``] — a moment
+        just past (a command's arrival; the phase runs on at the demand frequency since), now
+        when None."""
+        with self.lock:
+            phase = self.phase_now()
+            f = self.frequency_hz
+            if t is None or f is None or self._wall0 is None:
+                return phase
+            return float((phase + 2 * np.pi * f * (t - self.wall_at_twin_now())) % (2 * np.pi))
+
     def advance(self) -> None:
         """Run the twin up to now (wall clock)."""
         with self.lock:

@@ -8,6 +8,14 @@ Headers are matched in their short form: every mnemonic of the long form (``SOUR
 rule), a numeric suffix is kept apart (``SOUR2`` -> ``SOUR`` with suffix 2; none = 1), a leading
 ``:`` is dropped.
 
+Timing: a message is acted on as of the moment its bytes reached the instrument's socket
+(:attr:`Command.received`: the kernel's receive timestamp where Linux gives it, else the time the
+read returned; on :func:`time.monotonic`), not of the moment this simulator got round to it. The
+simulator's own computing time (the twin advanced to the wall clock, a few ms per command, more
+under a loaded machine) is not the instrument's latency: a restart burst once landed 5-8 ms, under
+CI load tens of ms, after the host sent it, and the host's phase-continuous restart became a phase
+jump the real generator would not have made.
+
 Fault injection for client tests (:meth:`ScpiServer.inject`): the next reply to a query whose
 short header matches is sent late, twice, cut short (part of it, then nothing), or the
 connection is closed half-way through it.
@@ -18,6 +26,8 @@ from __future__ import annotations
 import math
 import re
 import socket
+import struct
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -27,6 +37,8 @@ __all__ = ["Command", "ScpiServer", "SimError", "short_form"]
 POLL_S = 0.05
 MAX_MESSAGE_BYTES = 64 * 2**20
 FAULTS = ("late", "twice", "partial", "close")
+SO_TIMESTAMPNS = 35  # Linux <asm-generic/socket.h>: recvmsg carries the arrival time (CLOCK_REALTIME timespec)
+_TIMESPEC = struct.Struct("@ll")
 
 
 class SimError(Exception):
@@ -72,13 +84,14 @@ class Command:
     args: str
     block: bytes | None = None
     numbered: tuple[bool, ...] = ()  # per node: whether a numeric suffix was written (SOUR vs SOUR1)
+    received: float | None = None  # when its last bytes reached the socket [s, time.monotonic]
 
     @property
     def header(self) -> str:
         return ":".join(self.nodes) + ("?" if self.query else "")
 
 
-def parse_message(text: str, block: bytes | None) -> Command:
+def parse_message(text: str, block: bytes | None, received: float | None = None) -> Command:
     text = text.strip()
     head, _, args = text.partition(" ")
     query = head.endswith("?")
@@ -91,7 +104,7 @@ def parse_message(text: str, block: bytes | None) -> Command:
         nodes.append(short_form(m.group(1)))
         suffixes.append(int(m.group(2)) if m.group(2) else 1)
         numbered.append(bool(m.group(2)))
-    return Command(tuple(nodes), tuple(suffixes), query, args.strip(), block, tuple(numbered))
+    return Command(tuple(nodes), tuple(suffixes), query, args.strip(), block, tuple(numbered), received)
 
 
 def split_message(buf: bytearray) -> tuple[str, bytes | None, int] | None:
@@ -184,10 +197,11 @@ class ScpiServer:
     def _session(self, conn: socket.socket) -> None:
         conn.settimeout(POLL_S)
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        stamped = _stamp_arrivals(conn)
         buf = bytearray()
         while not self._stop.is_set():
             try:
-                chunk = conn.recv(1 << 16)
+                chunk, received = _receive(conn, stamped)
             except TimeoutError:
                 continue
             if not chunk:
@@ -201,12 +215,12 @@ class ScpiServer:
                     break
                 text, block, used = got
                 del buf[:used]
-                if text.strip() and not self._one(conn, text, block):
+                if text.strip() and not self._one(conn, text, block, received):
                     return
 
-    def _one(self, conn: socket.socket, text: str, block: bytes | None) -> bool:
+    def _one(self, conn: socket.socket, text: str, block: bytes | None, received: float) -> bool:
         try:
-            cmd = parse_message(text, block)
+            cmd = parse_message(text, block, received)
             reply = self.instrument.execute(cmd)
         except SimError as e:
             self.instrument.push_error(e)
@@ -233,3 +247,29 @@ class ScpiServer:
             conn.sendall(reply[: max(1, len(reply) // 2)])
             return False
         return True
+
+
+def _stamp_arrivals(conn: socket.socket) -> bool:
+    """Ask the kernel to timestamp arriving bytes (Linux); False where it cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        conn.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def _receive(conn: socket.socket, stamped: bool) -> tuple[bytes, float]:
+    """The next bytes and when they reached the socket [s, time.monotonic]: the kernel's
+    timestamp when ``stamped`` (and given), else now."""
+    if not stamped:
+        chunk = conn.recv(1 << 16)
+        return chunk, time.monotonic()
+    chunk, ancillary, _, _ = conn.recvmsg(1 << 16, socket.CMSG_SPACE(_TIMESPEC.size))
+    now_mono, now_real = time.monotonic(), time.time()
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            sec, ns = _TIMESPEC.unpack(data[: _TIMESPEC.size])
+            return chunk, min(now_mono, now_mono - (now_real - (sec + ns * 1e-9)))
+    return chunk, now_mono
