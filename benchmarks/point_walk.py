@@ -15,13 +15,12 @@ from pathlib import Path
 from hbtest.config import load_rig, load_sweep
 from hbtest.rig import open_rig
 from hbtest.point import PointLoop, PointSettings
-import hbtest.point as P
 root = Path(hbtest.__file__).parent
 cfg = load_sweep(root.parent / "sweeps/paper-cantilever.toml", [])
 rig = open_rig(load_rig(cfg.rig_path, cfg.rig_overrides))
 ns = cfg.numerical.substructure()
 loop = PointLoop(rig, ns, cfg.excitation.force_vector(ns), PointSettings.from_config(cfg))
-carry = loop.new_carry() if hasattr(loop, "new_carry") else P.Carry()
+carry = loop.new_carry()
 loop.run(18.1, carry)
 point_dir = str(root / "point")
 edges = collections.Counter(); funcs = collections.defaultdict(set)

@@ -78,7 +78,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hbtest.config import load_rig, load_sweep  # noqa: E402
-from hbtest.point import PointLoop, PointSettings  # noqa: E402
+from hbtest.point import HbtestProfile, PointLoop, PointSettings  # noqa: E402
 from hbtest.point.numerical import NumericalSide  # noqa: E402
 from hbtest.rig import open_rig  # noqa: E402
 
@@ -131,7 +131,7 @@ def exact_jacobian_uncertainty(loop, o) -> float:
     the reported demand instead of the fitted one (the same propagation:
     :meth:`hbtest.point.profiles.HbtestProfile.displacement_uncertainty`); NaN elsewhere.
     Where it is calibrated and the stated one is not, the fitted Jacobian is what understates."""
-    if o.final is None or o.applied is None or not hasattr(loop.profile, "displacement_uncertainty"):
+    if o.final is None or o.applied is None or not isinstance(loop.profile, HbtestProfile):
         return float("nan")
     num = NumericalSide.build(loop.ns, loop.force_vector, o.frequency_hz, loop.orders)
     scaleY = loop.output_scale(num)

@@ -115,7 +115,9 @@ def _transcript():
 
 
 def test_readme_transcript_replays_byte_for_byte(twin_cfg):
-    """The documented example is what the box does (fresh box: seed 7, watchdog 10 s)."""
+    """The documented example is what the box does (fresh box: seed 7, watchdog 10 s). After an
+    intended change of the box: ``python scripts/box_transcript.py`` shows the replies that
+    changed, ``--write`` rewrites them."""
     steps = _transcript()
     assert len(steps) > 50
     headers = {re.split(r"[ ?]", cmd, maxsplit=1)[0].upper() for cmd, _ in steps}
