@@ -340,7 +340,7 @@ def _prior_precision(prior_sd, prior_cov, n: int, m: int) -> np.ndarray:
 
 
 def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd=None, *, prior_cov=None, between: bool = False,
-                affine: bool = True) -> AffinePool:
+                affine: bool = True, max_between: float = np.inf) -> AffinePool:
     """Outputs at the demand ``at`` from evaluations ``j`` of one point: demands ``V`` (J, m),
     outputs ``Y`` (J, n) with independent noise of variances ``variance`` (J, n) (same units
     squared), through the affine model ``Y_j = A (V_j - at) + c`` fitted row by row by weighted
@@ -360,6 +360,10 @@ def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd=None, *, prior_cov=
     affine over them: a nonlinear specimen), only where the evaluations nearest ``at`` misfit
     too (:func:`_scatter_near`): a nonlinear rig's misfit at far evaluations is no scatter, and
     those go as outliers. No profile uses it yet (``HbtestProfile.pool_between``).
+    ``max_between``: a scatter larger than this (the 2-norm over outputs of its standard
+    deviation, units of ``Y``) is not averaged either: evaluations that do not repeat that
+    closely are a model failing over them (a nonlinear specimen's transients), and go as
+    outliers (:meth:`hbtest.point.profile_hbtest.HbtestProfile.between_limit`).
 
     With one evaluation at ``at`` this is that evaluation. Unbiased when the rig is affine in
     the demand over the evaluations used and the variances are right."""
@@ -382,6 +386,8 @@ def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd=None, *, prior_cov=
             tau2 = _between_variance(dV_all[keep], Y[keep], var[keep], A0, P, keep.size - 1 - m)
             if not affine and np.any(tau2 > 0) and not _scatter_near(dV_all[keep], Y[keep], var[keep], A0, P, tau2 > 0):
                 tau2 = np.zeros(n)  # a nonlinearity: the far evaluations go as outliers
+            if np.sqrt(np.sum(tau2)) > max_between:
+                tau2 = np.zeros(n)  # beyond a scatter: the model fails over them (outliers)
         w = 1.0 / np.maximum(var[keep] + tau2, floor)
         c, vc, A, res, covA, Ninv = _pool_rows(dV_all[keep], Y[keep], w, A0, P)
         chi2 = np.mean(res**2 * w, axis=1)

@@ -27,8 +27,8 @@ pytestmark = pytest.mark.slow
 def test_arclength_trace_passes_both_folds_within_the_acceptance(tmp_path):
     # on the pre-calibration twin (instruments/virtual-cantilever-harsh-mains.toml: no demand
     # scatter, 4x lower laser noise), where this acceptance was set. On the lab-calibrated
-    # reference twin the trace does not meet it: with its scatter a point does not converge (the
-    # multi-harmonic path does not average a scatter, HbtestProfile.pool_between); without it
+    # reference twin the trace does not meet it: with its scatter the corrector stalls at the
+    # second point (it pools without a between-evaluation variance, README); without it
     # (virtual.demand_scatter.sd_v=[0, 0], seed 1) every point converges and the folds are within
     # 0.03 % of the exact ones, but the trace takes 509 points (215 here) and u1 is off by up to
     # 1.25 % of |U| (README "Continuation through folds")

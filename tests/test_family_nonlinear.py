@@ -18,8 +18,8 @@ from hbtest.sweep import run
 SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
 CUBIC = SWEEPS / "cubic-interface.toml"
 PAPER = SWEEPS / "paper-cantilever.toml"
-#: no noise, no mains, no demand scatter (the multi-harmonic path does not average a scatter
-#: between evaluations: hbtest.point.profile_hbtest.HbtestProfile.pool_between)
+#: no noise, no mains, no demand scatter: the family's backbone is compared with the exact
+#: harmonic balance at half a grid step, on a twin whose evaluations repeat
 QUIET = ("rig_set=['virtual.noise.laser_rms_um=0.0', 'virtual.noise.gauge_rms_microstrain=0.0', "
          "'virtual.mains.amplitude_microstrain=0.0', 'virtual.demand_scatter.sd_v=[0, 0]']")
 LEVELS = [0.005, 0.01, 0.02]

@@ -57,6 +57,28 @@ def test_a_nonlinear_misfit_is_no_scatter_unless_the_rig_is_said_affine():
     assert told.between[0] == 0.0 and np.all(told.between[1:] > 0)
 
 
+def test_a_scatter_beyond_the_limit_is_not_averaged():
+    """``max_between``: the same scattering evaluations as above are averaged while the
+    scatter's size (2-norm over the outputs of its s.d., here sqrt(0.05^2 + 0.2^2) = 0.206) is
+    within the limit, and taken for a model failing (no between variance, outliers dropped, the
+    plain pool) beyond it."""
+    rng = np.random.default_rng(11)
+    J, m = 400, 2
+    A, b = rng.normal(size=(3, m)), rng.normal(size=3)
+    V = _design(rng, J, m)
+    var = 1e-4 * rng.uniform(0.5, 2.0, size=(J, 3))
+    tau = np.array([0.0, 0.05, 0.2])
+    Y = V @ A.T + b + np.sqrt(var) * rng.normal(size=(J, 3)) + tau * rng.normal(size=(J, 3))
+    within = pool_affine(V, Y, var, np.zeros(m), A, 0.3, between=True, max_between=0.3)
+    assert within.used.size == J and np.all(within.between[1:] > 0)
+    np.testing.assert_array_equal(within.value, pool_affine(V, Y, var, np.zeros(m), A, 0.3, between=True).value)
+    beyond = pool_affine(V, Y, var, np.zeros(m), A, 0.3, between=True, max_between=0.15)
+    plain = pool_affine(V, Y, var, np.zeros(m), A, 0.3)
+    assert np.all(beyond.between == 0.0) and beyond.used.size < J
+    np.testing.assert_array_equal(beyond.value, plain.value)
+    np.testing.assert_array_equal(beyond.used, plain.used)
+
+
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000), J=st.integers(2, 30))
 def test_without_scatter_the_pool_is_the_plain_pool_bit_for_bit(seed, J):

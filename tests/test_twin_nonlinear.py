@@ -321,15 +321,16 @@ def _contact_sweep(tmp_path, overrides):
 # the default run keeps the contact's reference against time integration above
 def test_contact_tip_sweep_short(tmp_path):
     """Three points around the bent resonance (the stop engaged at every one): converged,
-    harmonic 1 within 1 % of the exact reference, the contact's DC and second harmonic within
-    5 % of the fundamental's error scale."""
+    harmonic 1 within 1 % of the exact reference, and every harmonic (the contact's mean, 2
+    and 3) within 1 % of the point's own fundamental (it was held to the smallest fundamental
+    of the three: 18.7 Hz's 0.65 % then counted 1.05 %)."""
     ds = _contact_sweep(tmp_path, ["sweep.start_hz=18.5", "sweep.stop_hz=18.9", "sweep.points=3"])
     assert bool(ds.converged.all()) and bool(ds.done.all())
     assert float(np.abs(frf.relative_error(ds)).max()) < 0.01
     U = ds.interface_displacement.values[:, 0]
     R = ds.reference_interface_displacement.values[:, 0]
     assert np.all(np.abs(R[:, 0]) > 0.05 * np.abs(R[:, 1]))  # the stop engages: a mean offset
-    assert np.abs(U - R).max() < 0.01 * np.abs(R[:, 1]).min()
+    assert np.all(np.abs(U - R).max(axis=1) < 0.01 * np.abs(R[:, 1]))
 
 
 @pytest.mark.slow

@@ -569,7 +569,7 @@ class PointLoop:
         return corr
 
     def pool(self, num: NumericalSide, evaluations: list, G: np.ndarray, prior_fraction: float,
-             demands=None, at=None, prior_cov=None, between: bool = False) -> Pooled:
+             demands=None, at=None, prior_cov=None, between: float = 0.0) -> Pooled:
         """The last of ``evaluations`` (all at this point's frequency) with its measurement
         replaced by the estimate from all of them (:func:`hbtest.estimators.pool_affine`:
         the rig output affine in the voltages, prior Jacobian ``G`` with entrywise standard
@@ -595,8 +595,10 @@ class PointLoop:
         estimate carried from earlier points). The posterior covariance has the same shape;
         it is the prior's when nothing was pooled.
 
-        ``between``: the evaluations may scatter by more than their noise (a between-evaluation
-        variance estimated from the misfit: :func:`hbtest.estimators.pool_affine`)."""
+        ``between``: how far the evaluations may scatter beyond their noise and still be
+        averaged (a between-evaluation variance estimated from the misfit, up to this 2-norm of
+        its standard deviation over the scaled outputs: :func:`hbtest.estimators.pool_affine`,
+        ``max_between``); 0: not at all (their misfit makes outliers), ``inf``: any."""
         last = evaluations[-1]
         # clipped records (a sensor at its full scale) are no measurement: left out of the
         # fit, and a clipped last one is returned as it is (the caller stops on it)
@@ -620,7 +622,8 @@ class PointLoop:
         floor = POOL_ROW_FLOOR * max(float(np.max(np.abs(G))), np.finfo(float).tiny)
         sd = prior_fraction * np.maximum(rowmax, floor) * np.ones_like(G)
         where = V[-1] if at is None else np.asarray(at, dtype=float)
-        pl = estimators.pool_affine(V, Y, var, where, G, sd, prior_cov=prior_cov, between=between)
+        pl = estimators.pool_affine(V, Y, var, where, G, sd, prior_cov=prior_cov, between=between > 0,
+                                    max_between=between)
         meas = self._pooled_measurement(num, pl, int(sum(evaluations[j].meas.n_periods for j in pl.used)), last)
         U_N, R, vec, noise = self.residual(num, meas)
         est = replace(last, meas=meas, U_N=U_N, R=R, norm=self.norm(R), vector=vec, Y=pl.value.copy(), noise=noise)
