@@ -359,11 +359,8 @@ def pool_affine(V, Y, variance, at, prior_jacobian, prior_sd=None, *, prior_cov=
     evaluations instead of losing them as outliers. With ``affine=False`` (the rig may not be
     affine over them: a nonlinear specimen), only where the evaluations nearest ``at`` misfit
     too (:func:`_scatter_near`): a nonlinear rig's misfit at far evaluations is no scatter, and
-    those go as outliers. No profile uses it yet (``HbtestProfile.pool_between``).
-    ``max_between``: a scatter larger than this (the 2-norm over outputs of its standard
-    deviation, units of ``Y``) is not averaged either: evaluations that do not repeat that
-    closely are a model failing over them (a nonlinear specimen's transients), and go as
-    outliers (:meth:`hbtest.point.profile_hbtest.HbtestProfile.between_limit`).
+    those go as outliers; so do they beyond ``max_between`` (2-norm over outputs of the scatter's
+    s.d., units of ``Y``: a model failing, :meth:`~hbtest.point.profile_hbtest.HbtestProfile.between_limit`).
 
     With one evaluation at ``at`` this is that evaluation. Unbiased when the rig is affine in
     the demand over the evaluations used and the variances are right."""

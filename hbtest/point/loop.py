@@ -595,10 +595,8 @@ class PointLoop:
         estimate carried from earlier points). The posterior covariance has the same shape;
         it is the prior's when nothing was pooled.
 
-        ``between``: how far the evaluations may scatter beyond their noise and still be
-        averaged (a between-evaluation variance estimated from the misfit, up to this 2-norm of
-        its standard deviation over the scaled outputs: :func:`hbtest.estimators.pool_affine`,
-        ``max_between``); 0: not at all (their misfit makes outliers), ``inf``: any."""
+        ``between``: the largest scatter beyond their noise that is averaged (0: none, ``inf``:
+        any; :func:`hbtest.estimators.pool_affine`, ``max_between``, scaled outputs)."""
         last = evaluations[-1]
         # clipped records (a sensor at its full scale) are no measurement: left out of the
         # fit, and a clipped last one is returned as it is (the caller stops on it)
