@@ -246,12 +246,12 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
     #: evaluations to scatter by more than their read noise: a between-evaluation variance
     #: estimated from the misfit (:func:`hbtest.estimators.pool_affine`, ``between``), only
     #: where read noise cannot explain it (the twins without demand scatter pool as without
-    #: it). Not in multi-harmonic tests: a contact specimen's evaluations do not repeat either
-    #: (transients its fit does not model), and averaging them moved the contact-tip sweep's
-    #: 18.5 Hz point from 0.07 % to 1.28 % FRF error, even with only the misfit of the nearer
-    #: half counted (``affine=False``); its far and unsettled evaluations go as outliers.
-    #: In a multi-harmonic test a scatter is averaged up to ``multi_between_fraction`` of the
-    #: residual tolerance (:meth:`between_limit`)
+    #: it). In a multi-harmonic test only a scatter below ``multi_between_fraction`` of the
+    #: residual tolerance (:meth:`between_limit`): a contact specimen's evaluations do not
+    #: repeat either (transients its fit does not model), and averaging all of that moved the
+    #: contact-tip sweep's 18.5 Hz point from 0.07 % to 1.28 % FRF error, even with only the
+    #: misfit of the nearer half counted (``affine=False``); its far and unsettled evaluations
+    #: go as outliers. False: no pool averages a scatter
     pool_between = True
     #: the largest between-evaluation scatter a multi-harmonic pool averages, as a fraction of
     #: the residual tolerance (the 2-norm over the scaled outputs of its standard deviation)

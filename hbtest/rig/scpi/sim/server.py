@@ -24,6 +24,7 @@ connection is closed half-way through it.
 from __future__ import annotations
 
 import math
+import platform
 import re
 import socket
 import struct
@@ -38,6 +39,8 @@ POLL_S = 0.05
 MAX_MESSAGE_BYTES = 64 * 2**20
 FAULTS = ("late", "twice", "partial", "close")
 SO_TIMESTAMPNS = 35  # Linux <asm-generic/socket.h>: recvmsg carries the arrival time (CLOCK_REALTIME timespec)
+#: machines whose Linux takes that value from asm-generic (sparc, parisc, alpha number it otherwise)
+GENERIC_SOCKET_ABI = ("x86_64", "i386", "i686", "aarch64", "arm64", "armv7l", "armv6l", "riscv64")
 _TIMESPEC = struct.Struct("@ll")
 
 
@@ -251,7 +254,7 @@ class ScpiServer:
 
 def _stamp_arrivals(conn: socket.socket) -> bool:
     """Ask the kernel to timestamp arriving bytes (Linux); False where it cannot."""
-    if not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux") or platform.machine() not in GENERIC_SOCKET_ABI:
         return False
     try:
         conn.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
