@@ -314,8 +314,8 @@ def test_a_host_delayed_while_uploading_changes_the_demand_without_a_phase_jump(
     were up to 15 % off and clipped). Under CI load the gauges still clipped once (10.002 V):
     the simulated generator restarted when it got round to the command, 5-8 ms after it arrived
     and tens of ms under load; it now restarts as of the arrival, and a host that oversleeps
-    the landing waits a period more (measured on a 3x oversubscribed machine: landing within
-    6 ms, gauges at most 5.4 V)."""
+    the landing waits a period more (``python benchmarks/scpi_restart_landing.py --hogs 4`` on
+    a 2-core machine: landing within 9.1 ms, gauges at most 4.5 V)."""
     from hbtest.rig.virtual import VirtualRig
 
     exact = VirtualRig(load_rig(TWIN)).modes()
