@@ -40,6 +40,9 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from scpi_rig_time import rig_file  # noqa: E402  (the loopback rig file with the bench's ports)
 
 from hbtest.config import load_rig  # noqa: E402
 from hbtest.rig import open_rig  # noqa: E402
@@ -52,14 +55,6 @@ F_HZ = 19.0
 def _hog(stop) -> None:
     while not stop.is_set():
         pass
-
-
-def rig_text(gen_port: int, scope_port: int) -> str:
-    """The loopback rig file (instruments/scpi-loopback.toml) with the bench's ports."""
-    text = (ROOT / "instruments" / "scpi-loopback.toml").read_text()
-    for default, port in ((5025, gen_port), (5026, scope_port)):
-        text = text.replace(f"TCPIP0::127.0.0.1::{default}::SOCKET", f"TCPIP0::127.0.0.1::{port}::SOCKET")
-    return text
 
 
 def measure(changes: int) -> tuple[list[float], list[float], int]:
@@ -77,8 +72,7 @@ def measure(changes: int) -> tuple[list[float], list[float], int]:
     rng = np.random.default_rng(7)
     V0 = np.array([[1.5], [0.4j]])
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "bench.toml"
-        path.write_text(rig_text(bench.generator_server.port, bench.scope_server.port))
+        path = rig_file(Path(tmp), bench.generator_server.port, bench.scope_server.port)
         try:
             with open_rig(load_rig(path)) as rig:
                 upload, restart = rig.gen.link.write_block, rig._restart
