@@ -14,13 +14,26 @@ absolute paths). The hashes are compared against
 BLAS threading changes the last bits of a sum, so the script pins ``OPENBLAS_NUM_THREADS=1``
 (and its siblings) before numpy loads, here and in the subprocess.
 
+Bits hold per numeric environment (:func:`hbtest.store.provenance.numeric_environment`: numpy's
+SIMD targets in force, the BLAS kernels, versions and threads, numpy and scipy versions). The
+reference keeps one entry of hashes per environment it was written in, and beside them each
+case's *meaning* (points converged, every FRF value with its stated standard uncertainty). In an
+environment with no entry the cases are compared by meaning: the same converged count and every
+FRF point within 3 combined standard uncertainties of the reference's (``same meaning``).
+Write an entry per environment you guard, e.g. on an AVX-512 machine both
+
+    python benchmarks/store_identity.py --write
+    NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL" python benchmarks/store_identity.py --write
+
     python benchmarks/store_identity.py                    # against the committed reference
     python benchmarks/store_identity.py --against c708278  # against stores built at a revision
     python benchmarks/store_identity.py --write            # regenerate the committed reference
     python benchmarks/store_identity.py --cases paper bare # a subset
 
-Prints one line per case (``identical`` or the variables that differ) and, last,
-``store_identity=<identical cases>/<cases>``; exit status 1 on any difference.
+Prints one line per case (``identical``, or the variables that differ; ``same meaning`` or what
+differs where the environment has no entry) and, last, ``store_identity=<identical cases>/<cases>``
+(``store_meaning=<cases>/<cases>`` in an environment without an entry); exit status 1 on any
+difference.
 """
 
 from __future__ import annotations
@@ -42,18 +55,36 @@ import numpy as np  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REFERENCE = HERE / "store_identity.json"
-#: the reference's entry naming the BLAS kernels it was built with (not a case)
-KERNELS_KEY = "blas_kernels"
+#: a combined-uncertainty multiple for the comparison by meaning: the difference of two
+#: estimates of one FRF value, each with its stated standard uncertainty, taken as circular complex
+#: Gaussian, exceeds 3 combined sigmas with probability exp(-9) = 1.2e-4 per value
+MEANING_SIGMAS = 3.0
 
 
-def blas_kernels() -> str:
-    """The BLAS implementations and kernel sets this process runs (threadpoolctl), e.g.
-    ``openblas:Haswell``: the same seed gives the same bits only on the same kernels."""
-    from threadpoolctl import threadpool_info
+def numeric_environment() -> dict:
+    """This process's numeric environment (hbtest.store.provenance.numeric_environment)."""
+    from hbtest.store.provenance import numeric_environment as env
 
-    # a set: numpy and scipy each load their own OpenBLAS, the same kernels named twice
-    return ",".join(sorted({f"{i.get('internal_api')}:{i.get('architecture')}" for i in threadpool_info()
-                            if i.get("user_api") == "blas"}))
+    return env()
+
+
+def describe(env: dict | None) -> str:
+    """One line naming an environment: ``numpy 2.4.6 simd X86_V3,X86_V4 scipy 1.17.1 blas ...``."""
+    if not env:
+        return "none recorded"
+    return (f"numpy {env['numpy']} simd {','.join(env['numpy_simd']) or 'baseline'} scipy {env['scipy']} "
+            f"blas {' '.join(env['blas'])}")
+
+
+def load_reference(path: Path = None) -> dict:
+    """The committed reference: ``{"environments": [{"environment", "cases"}], "meaning": {case: ...}}``."""
+    return json.loads((path or REFERENCE).read_text())
+
+
+def entry_for(reference: dict, env: dict) -> dict | None:
+    """The reference's hashes written in environment ``env``, or None."""
+    return next((e["cases"] for e in reference.get("environments", []) if e["environment"] == env), None)
+
 
 #: store attributes a clock, the host or the checkout decides
 VOLATILE_ATTRS = {"created_utc", "updated_utc", "finished_utc", "wall_seconds", "versions", "git_commit",
@@ -136,7 +167,35 @@ def store_hashes(path: Path) -> dict[str, str]:
     return out
 
 
-def build(name: str, workdir: Path) -> dict[str, str]:
+def store_meaning(path: Path) -> dict:
+    """What a store says, as the comparison across environments reads it: the points converged
+    and each FRF value ``H`` (harmonic 1, per dof) with its stated standard uncertainty ``u_H``
+    (``hbtest.frf.frf_uncertainty``)."""
+    import xarray as xr
+
+    from hbtest.frf import frf_uncertainty
+
+    ds = xr.open_zarr(path, consolidated=False).load()
+    u = frf_uncertainty(ds)
+    H = np.asarray(u["H"].values, dtype=complex)
+    return {"points": int(ds["done"].sum()), "converged": int(ds["converged"].sum()),
+            "H": [[float(z.real), float(z.imag)] for z in H.ravel()],
+            "u_H": [float(x) for x in np.asarray(u["u_H"].values).ravel()]}
+
+
+def meaning_differences(ours: dict, theirs: dict) -> list[str]:
+    """Where two stores' meanings differ (empty: the same meaning): converged or written counts,
+    or an FRF value farther than MEANING_SIGMAS combined standard uncertainties from the other's."""
+    out = [f"{k} {ours[k]} against {theirs[k]}" for k in ("points", "converged") if ours[k] != theirs[k]]
+    if len(ours["H"]) != len(theirs["H"]):
+        return out + [f"{len(ours['H'])} FRF values against {len(theirs['H'])}"]
+    H1, H2 = (np.array([complex(*z) for z in m["H"]]) for m in (ours, theirs))
+    sigma = np.hypot(ours["u_H"], theirs["u_H"])
+    far = np.flatnonzero(~(np.abs(H1 - H2) <= MEANING_SIGMAS * sigma))
+    return out + [f"FRF value {i}: {abs(H1[i] - H2[i]) / sigma[i]:.2f} combined sigmas apart" for i in far]
+
+
+def build(name: str, workdir: Path, meaning: dict | None = None) -> dict[str, str]:
     """Run case ``name`` with the ``hbtest`` this interpreter imports; its store's hashes."""
     import hbtest
     from hbtest.config import load_sweep
@@ -147,13 +206,15 @@ def build(name: str, workdir: Path) -> dict[str, str]:
     cfg = load_sweep(root / "sweeps" / file, overrides)
     store = workdir / f"{name}.zarr"
     run(cfg, store, progress=None, plot=False, overrides=overrides, overwrite=True)
+    if meaning is not None:
+        meaning[name] = store_meaning(store)
     return store_hashes(store)
 
 
-def build_all(names, workdir: Path, verbose: bool = True) -> dict[str, dict[str, str]]:
+def build_all(names, workdir: Path, verbose: bool = True, meaning: dict | None = None) -> dict[str, dict[str, str]]:
     out = {}
     for name in names:
-        out[name] = build(name, workdir)
+        out[name] = build(name, workdir, meaning)
         if verbose:
             print(f"built {name}", file=sys.stderr, flush=True)
     return out
@@ -201,20 +262,58 @@ def main(argv=None) -> int:
     ap.add_argument("--write", action="store_true", help=f"write the reference {REFERENCE.name}")
     ap.add_argument("--emit", type=Path, help=argparse.SUPPRESS)  # subprocess of --against
     a = ap.parse_args(argv)
+    meaning: dict = {}
     with tempfile.TemporaryDirectory(prefix="hbtest-stores-") as tmp:
-        ours = build_all(a.cases, Path(tmp))
+        ours = build_all(a.cases, Path(tmp), meaning=meaning)
     if a.emit:
         a.emit.write_text(json.dumps(ours, indent=1, sort_keys=True))
         return 0
+    env = numeric_environment()
     if a.write:
-        old = json.loads(REFERENCE.read_text()) if REFERENCE.exists() else {}
-        old.update(ours)
-        old[KERNELS_KEY] = blas_kernels()  # bit identity holds per BLAS kernel set (README)
-        REFERENCE.write_text(json.dumps(old, indent=1, sort_keys=True) + "\n")
-        print(f"wrote {REFERENCE}")
+        write_reference(ours, meaning, env)
         return 0
-    theirs = build_at(a.against, a.cases) if a.against else json.loads(REFERENCE.read_text())
-    return compare(ours, theirs)
+    if a.against:
+        return compare(ours, build_at(a.against, a.cases))
+    reference = load_reference()
+    theirs = entry_for(reference, env)
+    if theirs is not None:
+        return compare(ours, theirs)
+    print(f"no reference hashes for this environment ({describe(env)}); comparing by meaning")
+    return compare_meaning(meaning, reference.get("meaning", {}))
+
+
+def write_reference(ours: dict, meaning: dict, env: dict) -> None:
+    """Add or replace this environment's hashes. Where this environment's entry existed and a
+    case's hashes changed, results changed: the other environments' entries are stale and dropped
+    (said), and the cases' meaning is replaced. A new environment adds its entry beside the others
+    and keeps the recorded meaning (that of the environment written first)."""
+    old = load_reference() if REFERENCE.exists() else {}
+    mine = entry_for(old, env)
+    changed = sorted(n for n in ours if mine is not None and mine.get(n) not in (None, ours[n]))
+    kept = []
+    for entry in old.get("environments", []):
+        if entry["environment"] == env:
+            continue
+        if changed:
+            print(f"dropped the entry of {describe(entry['environment'])}: {', '.join(changed)} changed here")
+        else:
+            kept.append(entry)
+    kept.append({"environment": env, "cases": {**(mine or {}), **ours}})
+    recorded = old.get("meaning", {})
+    new_meaning = {**recorded, **meaning} if changed or not recorded else {**meaning, **recorded}
+    REFERENCE.write_text(json.dumps({"environments": kept, "meaning": new_meaning}, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {REFERENCE} ({len(kept)} environment(s); this one: {describe(env)})")
+
+
+def compare_meaning(ours: dict, theirs: dict) -> int:
+    same = 0
+    for name, m in ours.items():
+        ref = theirs.get(name)
+        diff = ["no reference"] if ref is None else meaning_differences(m, ref)
+        print(f"{name}: " + ("same meaning" if not diff else "DIFFERENT " + "; ".join(diff)))
+        same += not diff
+    print(f"store_meaning={same}/{len(ours)}")
+    return 0 if same == len(ours) else 1
 
 
 if __name__ == "__main__":

@@ -3,11 +3,13 @@ assertion of the suite sits from its threshold. Runs the suite under several con
 with ``benchmarks/assertion_log.py`` (each assertion's tightest numeric comparison), then
 compares the runs:
 
-    python benchmarks/threshold_audit.py run DIR shift0 shift1 shift2 sandy   # ~10 min each on 2 free cores
+    python benchmarks/threshold_audit.py run DIR shift0 npy sandy shift1 shift2   # ~5 min each on 2 free cores
     python benchmarks/threshold_audit.py report DIR
 
 A run name ``shiftK`` shifts every twin seed by 1000 K (``benchmarks/seedshift.py``); ``sandy``
-runs OpenBLAS's Sandybridge kernels (no FMA: other rounding). Extra pytest arguments go after
+runs OpenBLAS's Sandybridge kernels (no FMA: other rounding); ``npy`` switches off numpy's top
+SIMD level this CPU has (``NPY_DISABLE_CPU_FEATURES``, :func:`top_simd_level`: numpy's ufuncs on
+the next level's paths, other last bits in ``sin``, ``exp`` and reductions). Extra pytest arguments go after
 ``--``. The report gives, per assertion that held in every run and whose relative margin
 ``(threshold - value) / max(|threshold|, |value|)`` moved between runs, the margins, their sd
 and ``spreads = mean / sd`` (how many spreads the mean sits from failing; margins equal up to
@@ -34,6 +36,19 @@ ROOT = Path(__file__).resolve().parents[1]
 ROUNDING = 1e-6
 
 
+def top_simd_level() -> str:
+    """numpy's top SIMD dispatch level on this CPU and the targets above it, as
+    ``NPY_DISABLE_CPU_FEATURES`` takes them: on an AVX-512 machine ``X86_V4 AVX512_ICL`` (numpy
+    then runs its AVX2 paths), on an AVX2 machine ``X86_V3`` (its baseline SSE paths)."""
+    from numpy._core import _multiarray_umath as umath
+
+    found = [t for t in umath.__cpu_dispatch__ if umath.__cpu_features__.get(t)]
+    levels = [t for t in found if t.startswith("X86_V")]
+    if not levels:
+        raise SystemExit("npy: numpy dispatches no x86-64 level on this CPU; name the features in NPY_DISABLE_CPU_FEATURES")
+    return " ".join(found[found.index(levels[-1]):])
+
+
 def run(folder: Path, names: list[str], extra: list[str]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for name in names:
@@ -46,6 +61,8 @@ def run(folder: Path, names: list[str], extra: list[str]) -> None:
             args += ["-p", "seedshift"]
         elif name == "sandy":
             env["OPENBLAS_CORETYPE"] = "Sandybridge"
+        elif name == "npy":
+            env["NPY_DISABLE_CPU_FEATURES"] = top_simd_level()
         rc = subprocess.call(args, cwd=ROOT, env=env)
         print(f"run={name} exit={rc}", flush=True)
 

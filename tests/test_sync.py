@@ -173,11 +173,15 @@ QUIET = "rig_set=['virtual.noise.laser_rms_um=0.0', 'virtual.noise.gauge_rms_mic
 
 def test_noise_free_twin_measured_sync_is_the_exact_state_at_the_last_demand(tmp_path):
     """On the noise-free twin the last measured state is the twin's exact steady state at the
-    last demand (to 3e-5: its 16-bit ADC and settling), and its sync metrics are those of the
-    exact state to within that error (first-order bound), small but not zero: the residual the
-    iteration left below its tolerance and that error together (seed 20240611, 18.3 and
-    18.5 Hz: |r - 1| up to 0.018 %, |phase| up to 0.0066 deg), while the reported pooled-fit
-    solution agrees to rounding."""
+    last demand, to its 16-bit ADC: the quantisation (q = 20 V / 2^16), white over a record,
+    is what the stated channel variance measures, and propagated to the interface it is up to
+    2.2e-5 of a quantity (T at 18.3 Hz); RTOL is 4.5 of those. Measured (seed 20240611, 18.3 and
+    18.5 Hz): 2.4e-5 (AVX-512 numpy, SkylakeX BLAS), 2.5e-5 (AVX2 numpy), 2.0e-5 (Sandybridge
+    BLAS), 3.7e-5 (AVX-512 numpy, Haswell BLAS). Its sync metrics are those of the exact state
+    to within that error (first-order bound), small but not zero: the iteration stops at the
+    sweep's ``accuracy`` (0.3 % of |U|), so |r - 1| < accuracy and |phase| < accuracy rad
+    (measured |r - 1| 0.8-1.9e-4, |phase| 0.0024-0.0068 deg over the same environments), while the
+    reported pooled-fit solution agrees to rounding."""
     from hbtest.config import load_rig
     from hbtest.rig import open_rig
 
@@ -192,7 +196,7 @@ def test_noise_free_twin_measured_sync_is_the_exact_state_at_the_last_demand(tmp
         ps = np.concatenate([ds.measured_interface_displacement.values[i, :, 0],
                              ds.measured_interface_force.values[i, :, 0]])
         ps_exact = np.concatenate([ss.displacement[:, 0], ss.force[:, 0]])
-        np.testing.assert_allclose(ps, ps_exact, rtol=3e-5)
+        np.testing.assert_allclose(ps, ps_exact, rtol=1e-4)
         ns = np.concatenate(_ns_counterparts(cfg, f, ps[:2], ps[2:]))
         ns_exact = np.concatenate(_ns_counterparts(cfg, f, ps_exact[:2], ps_exact[2:]))
         r, p = sync_ratio_phase(ps_exact, ns_exact)
@@ -202,7 +206,8 @@ def test_noise_free_twin_measured_sync_is_the_exact_state_at_the_last_demand(tmp
         assert np.all(np.abs(np.radians(ds.measured_sync_phase_deg.values[i, :, 0] - p)) <= 2 * bound)
     dr = np.abs(ds.measured_sync_amplitude_ratio.values - 1)
     dp = np.abs(ds.measured_sync_phase_deg.values)
-    assert 1e-5 < dr.max() < 2e-4 and 1e-4 < dp.max() < 0.01, (dr, dp)
+    accuracy = cfg.test.accuracy
+    assert 1e-5 < dr.max() < accuracy and 1e-4 < dp.max() < np.degrees(accuracy), (dr, dp)
     assert np.abs(ds.sync_amplitude_ratio.values - 1).max() < 1e-9
 
 

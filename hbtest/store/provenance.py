@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["utc_now", "jsonable", "package_versions", "git_state"]
+__all__ = ["utc_now", "jsonable", "package_versions", "git_state", "numeric_environment"]
 
 
 def utc_now() -> str:
@@ -65,3 +65,23 @@ def git_state() -> tuple[str | None, bool | None]:
         return commit, dirty
     except (OSError, subprocess.SubprocessError):
         return None, None
+
+
+def numeric_environment() -> dict:
+    """What decides the last bits of a seeded run on this machine, besides the code: numpy's
+    SIMD dispatch targets in force (found by the CPU and not switched off by
+    ``NPY_DISABLE_CPU_FEATURES``: its ufuncs' ``sin``, ``exp`` and reductions round differently
+    per target), every loaded BLAS with its kernel set (``OPENBLAS_CORETYPE``), version and
+    thread count, and the numpy and scipy versions. Two runs of one seed are bit-identical only
+    where this dict is equal (README, "Reproducibility")."""
+    import scipy
+    import scipy.linalg  # noqa: F401  (loads scipy's own BLAS, so it is listed)
+    from numpy._core import _multiarray_umath as umath
+    from threadpoolctl import threadpool_info
+
+    features = umath.__cpu_features__
+    blas = sorted({f"{i.get('internal_api')}:{i.get('architecture')}:{i.get('version')}:threads={i.get('num_threads')}"
+                   for i in threadpool_info() if i.get("user_api") == "blas"})
+    return {"numpy": np.__version__, "scipy": scipy.__version__,
+            "numpy_simd": [t for t in umath.__cpu_dispatch__ if features.get(t)],
+            "blas": blas}
