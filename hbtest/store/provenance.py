@@ -76,7 +76,7 @@ def numeric_environment() -> dict:
     where this dict is equal (README, "Reproducibility")."""
     import scipy
     import scipy.linalg  # noqa: F401  (loads scipy's own BLAS, so it is listed)
-    from numpy._core import _multiarray_umath as umath
+    from numpy._core import _multiarray_umath as umath  # type: ignore[attr-defined]
     from threadpoolctl import threadpool_info
 
     features = umath.__cpu_features__
