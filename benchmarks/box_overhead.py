@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from hbtest.config import load_sweep  # noqa: E402
 from hbtest.events import PointFinished, RunStarted  # noqa: E402
-from hbtest.sweep import run  # noqa: E402
+from hbtest.sweep.runner import run  # noqa: E402
 
 PAPER = ROOT / "sweeps" / "paper-cantilever.toml"
 TWIN = ROOT / "instruments" / "virtual-cantilever.toml"
@@ -75,7 +75,7 @@ def serve():
 def coefficient_path(windows=(3, 10, 30, 120), repeat=20) -> float:
     """Per-window wall time: in-process acquire + fit vs one MEAS:COEF? through hbtest serve;
     returns the mean extra seconds per request."""
-    from hbtest import harmonics
+    from hbtest.method import harmonics
     from hbtest.config import load_rig
     from hbtest.rig import open_rig
     from hbtest.rig.virtual import VirtualRig

@@ -1,8 +1,8 @@
 """Critical delay of the split single oscillator (``m z'' + c z' + k z + k_s z(t - tau) = 0``)
 for each delay compensator: from time-domain simulation of the classical real-time loop
-(:func:`hbtest.classical.critical_delay_simulated`: smallest pure delay at which the free
+(:func:`hbtest.realtime.classical.critical_delay_simulated`: smallest pure delay at which the free
 response grows) next to the stability prediction of the compensated delay equation
-(:func:`hbtest.classical.critical_delay_predicted`, :mod:`hbtest.stability`).
+(:func:`hbtest.realtime.classical.critical_delay_predicted`, :mod:`hbtest.realtime.stability`).
 
 Run: ``python benchmarks/classical_compensators.py [--dt 2e-4] [--duration 3]`` (imports the
 repository's ``hbtest``). Prints a table, then ``key=value`` lines: per compensator the
@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hbtest import classical as cl  # noqa: E402
-from hbtest import stability as st  # noqa: E402
+from hbtest.realtime import classical as cl  # noqa: E402
+from hbtest.realtime import stability as st  # noqa: E402
 
 
 def main(argv=None) -> int:

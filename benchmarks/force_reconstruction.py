@@ -5,7 +5,7 @@ reference test:
 
 1. For each frequency, two independent actuator demands; the twin's exact steady-state channel
    volts are turned into one-period records and passed through
-   :func:`hbtest.sensors.measure_interface` (lag correction included) with each force method
+   :func:`hbtest.method.sensors.measure_interface` (lag correction included) with each force method
    (finite-difference, inertia, segment). That gives the PS dynamic stiffness "as each method
    measures it", ``D_meas = F_meas U_meas^-1`` (the rig is linear, so any demand is a
    combination of the two). The table gives the relative error of T and M along the interface
@@ -34,11 +34,11 @@ from pathlib import Path
 import numpy as np  # noqa: E402
 import scipy.optimize
 
-from hbtest import harmonics
+from hbtest.method import harmonics
 from hbtest.config import load_rig, load_sweep
 from hbtest.rig import Acquisition
 from hbtest.rig.virtual import CHANNELS, VirtualRig
-from hbtest.sensors import FORCE_METHODS, measure_interface
+from hbtest.method.sensors import FORCE_METHODS, measure_interface
 
 ROOT = Path(__file__).resolve().parents[1]
 RIG = ROOT / "instruments" / "virtual-cantilever.toml"
@@ -48,7 +48,7 @@ DEMANDS = (np.array([[1.0], [0.0]], complex), np.array([[0.0], [1.0]], complex))
 
 def measured_stiffness(rig: VirtualRig, f: float, method: str) -> np.ndarray:
     """``D_meas = F_meas U_meas^-1`` (2x2) at ``f`` [Hz] from two demands through
-    :func:`~hbtest.sensors.measure_interface`."""
+    :func:`~hbtest.method.sensors.measure_interface`."""
     U, F = np.zeros((2, 2), complex), np.zeros((2, 2), complex)
     n = 64
     t = np.arange(n) / (n * f)  # one period, exactly sampled
@@ -110,7 +110,7 @@ def main() -> None:
 
     f0 = hybrid_resonance(rig, ns, force, None)
     # half-power bandwidth of the exact resonance from the emulated structure's damping
-    from hbtest.substructure import join
+    from hbtest.method.substructure import join
 
     modes = join(ns, rig.ps_substructure).modes()
     i2 = int(np.argmin(np.abs(modes.frequencies_hz - f0)))

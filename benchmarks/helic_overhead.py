@@ -66,7 +66,7 @@ sys.path.insert(0, str(ROOT))
 
 from hbtest.config import load_sweep
 from hbtest.events import PointFinished, RunStarted
-from hbtest.sweep import run
+from hbtest.sweep.runner import run
 
 PAPER = ROOT / "sweeps" / "paper-cantilever.toml"
 TWIN = ROOT / "instruments" / "virtual-cantilever.toml"

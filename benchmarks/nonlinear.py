@@ -1,6 +1,6 @@
 """Rig time of the two solver profiles on the nonlinear sweep (sweeps/cubic-interface.toml:
 a hardening cubic spring at the interface on the numerical side, harmonics 1 and 3, stepped
-up in frequency) on the twin, through the whole sweep path (:func:`hbtest.sweep.run` into a
+up in frequency) on the twin, through the whole sweep path (:func:`hbtest.sweep.runner.run` into a
 temporary store).
 
 Prints ``key=value`` lines per profile: ``<profile>_points``, ``<profile>_converged``,
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hbtest.config import load_sweep  # noqa: E402
-from hbtest.sweep import run  # noqa: E402
+from hbtest.sweep.runner import run  # noqa: E402
 
 
 def measure(sweep_file: Path, profile: str, seed: int, extra) -> dict:

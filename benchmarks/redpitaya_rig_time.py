@@ -31,7 +31,7 @@ from scpi_rig_time import frf_error, point_table, served_sweep  # noqa: E402
 
 from hbtest.config import load_sweep  # noqa: E402
 from hbtest.rig.virtual import VirtualRig  # noqa: E402
-from hbtest.sweep import run  # noqa: E402
+from hbtest.sweep.runner import run  # noqa: E402
 
 LOOPBACK = ROOT / "instruments" / "redpitaya-loopback.toml"
 

@@ -8,7 +8,7 @@ does), periods per point and the breakdown per point — by phase (ramp, settlin
 discarded while the transient decays, averaging windows kept, other) and by purpose (start
 evaluation, iterations, line-search trials, finite-difference evaluations) — and the worst
 FRF error against the twin's exact emulated response (harmonic 1, per interface DOF, the
-quantity of :func:`hbtest.frf.relative_error`). Then ``periods_over_minimum=<x>`` (hbtest
+quantity of :func:`hbtest.analysis.frf.relative_error`). Then ``periods_over_minimum=<x>`` (hbtest
 periods per point over the physical minimum below) and, last,
 ``rig_time_ratio=<published/hbtest>`` (periods per point, all seeds).
 

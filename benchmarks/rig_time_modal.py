@@ -5,7 +5,7 @@ Per sweep file (``--sweeps``, default the paper cantilever and the bare beam) an
 under ``--out``:
 
 1. **uniform**: the file's grid (31 points, 16-19 Hz), then ``hbtest modal``'s fit
-   (:func:`hbtest.modal.fit_modes`, 95 % bootstrap intervals) of the mode nearest the design
+   (:func:`hbtest.analysis.modal.fit_modes`, 95 % bootstrap intervals) of the mode nearest the design
    prediction: f_n, zeta, |A| with their intervals and relative half-widths, and the total
    rig periods (all points);
 2. **modal**: ``sweep.strategy = "modal"`` asked for the uniform run's relative half-widths
@@ -14,12 +14,12 @@ under ``--out``:
 3. **curve**: ``sweep.strategy = "curve"`` with ``curve_accuracy`` (``--curve-accuracy``,
    default 1 %): its largest FRF error on a dense grid of the band (:data:`DENSE` points)
    against the twin's exact emulated FRF (the curve is the fitted model,
-   :func:`hbtest.strategy.curve_model`), and periods. For the uniform sweep the largest
+   :func:`hbtest.sweep.strategy.curve_model`), and periods. For the uniform sweep the largest
    error is over its measured points (what it reports), and that of the straight lines
    between them on the dense grid is printed beside it.
 
 "inside" says whether the twin's exact f_n and zeta (the pole of the emulated structure,
-:func:`hbtest.modal.model_mode`) lie in the 95 % intervals. Printed last:
+:func:`hbtest.analysis.modal.model_mode`) lie in the 95 % intervals. Printed last:
 ``modal_rig_time_ratio=<uniform periods / modal periods>`` (mean over runs), after
 ``curve_rig_time_ratio`` and the curve's error.
 
@@ -47,10 +47,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hbtest.config import load_rig, load_sweep  # noqa: E402
-from hbtest.modal import fit_modes, model_mode  # noqa: E402
+from hbtest.analysis.modal import fit_modes, model_mode  # noqa: E402
 from hbtest.rig import open_rig  # noqa: E402
-from hbtest.strategy import curve_model, design_points, prediction  # noqa: E402
-from hbtest.sweep import run  # noqa: E402
+from hbtest.sweep.strategy import curve_model, design_points, prediction  # noqa: E402
+from hbtest.sweep.runner import run  # noqa: E402
 
 #: frequencies of the dense grid the curve error is measured on
 DENSE = 601

@@ -5,7 +5,7 @@ and, optionally, the machine loaded by ``--hogs`` busy processes.
 
 Per demand change (19 Hz, the demand rotated and scaled by up to 30 %, a 2-period ramp: several
 restarts) the landing error is the time the generator's ``FUNC:ARB:SYNC`` reached its socket
-(the simulator's arrival stamp, :attr:`hbtest.rig.scpi.sim.server.Command.received`) minus the
+(the simulator's arrival stamp, :attr:`hbtest.serve.scpi.server.Command.received`) minus the
 driver's intended landing (``ScpiRig._t_land``); a late restart is a phase jump of
 ``2 pi f`` times it. The gauges' largest value in the 3 periods after the ramp is printed beside
 their output limit (10 V on the twin).
@@ -46,7 +46,7 @@ from scpi_rig_time import rig_file  # noqa: E402  (the loopback rig file with th
 
 from hbtest.config import load_rig  # noqa: E402
 from hbtest.rig import open_rig  # noqa: E402
-from hbtest.rig.scpi.sim import open_bench  # noqa: E402
+from hbtest.serve.scpi import open_bench  # noqa: E402
 
 TWIN = ROOT / "instruments" / "virtual-cantilever.toml"
 F_HZ = 19.0

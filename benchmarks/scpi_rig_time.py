@@ -41,7 +41,7 @@ from helic_overhead import PAPER, TWIN, serve  # noqa: E402
 from hbtest.config import load_rig, load_sweep  # noqa: E402
 from hbtest.rig import open_rig  # noqa: E402
 from hbtest.rig.virtual import VirtualRig  # noqa: E402
-from hbtest.sweep import run  # noqa: E402
+from hbtest.sweep.runner import run  # noqa: E402
 
 LOOPBACK = ROOT / "instruments" / "scpi-loopback.toml"
 IDENTIFY_FRACTION = 0.5  # the identification multisine's peak bound, of the voltage limit (as scpi-loopback.toml)

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from hbtest.stability import beam_hybrid
+from hbtest.realtime.stability import beam_hybrid
 
 BEAM = dict(width=25.4e-3, thickness=1e-3, youngs_modulus=217e9, density=8210.0, zeta_mass=0.9, zeta_stiffness=7e-5)
 LENGTH = 0.53

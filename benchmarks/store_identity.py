@@ -2,7 +2,7 @@
 
 Builds short stores of the reference cases (paper sweep on both profiles, bare beam, two
 harmonics, cubic interface stepped and by arclength, contact tip, a force family, automatic
-harmonics) through :func:`hbtest.sweep.run` with the twin's seed from the rig file, and hashes
+harmonics) through :func:`hbtest.sweep.runner.run` with the twin's seed from the rig file, and hashes
 every variable (dtype, shape, bytes) and every attribute of the store and of its variables,
 except what a clock, a host or a checkout decides (times, wall seconds, versions, git commit,
 absolute paths). The hashes are compared against
@@ -170,10 +170,10 @@ def store_hashes(path: Path) -> dict[str, str]:
 def store_meaning(path: Path) -> dict:
     """What a store says, as the comparison across environments reads it: the points converged
     and each FRF value ``H`` (harmonic 1, per dof) with its stated standard uncertainty ``u_H``
-    (``hbtest.frf.frf_uncertainty``)."""
+    (``hbtest.analysis.frf.frf_uncertainty``)."""
     import xarray as xr
 
-    from hbtest.frf import frf_uncertainty
+    from hbtest.analysis.frf import frf_uncertainty
 
     ds = xr.open_zarr(path, consolidated=False).load()
     u = frf_uncertainty(ds)
@@ -199,7 +199,7 @@ def build(name: str, workdir: Path, meaning: dict | None = None) -> dict[str, st
     """Run case ``name`` with the ``hbtest`` this interpreter imports; its store's hashes."""
     import hbtest
     from hbtest.config import load_sweep
-    from hbtest.sweep import run
+    from hbtest.sweep.runner import run
 
     root = Path(hbtest.__file__).resolve().parents[1]
     file, overrides = CASES[name]

@@ -74,7 +74,7 @@ from hbtest.rig.virtual.iteration_stats import (  # noqa: E402
     step_statistics,
 )
 from hbtest.rig.virtual.noisefit import band_density, line_fit, lines_to_front_back  # noqa: E402
-from hbtest.sensors import measure_interface  # noqa: E402
+from hbtest.method.sensors import measure_interface  # noqa: E402
 
 FIT = ROOT / "tests" / "data" / "lab_noise_fit.json"
 FIXTURE = ROOT / "tests" / "data" / "lab_noise_fixture.json"

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from hbtest.config import load_rig  # noqa: E402
 from hbtest.rig.box.protocol import reply_length  # noqa: E402
-from hbtest.rig.box.server import BoxServer  # noqa: E402
+from hbtest.serve.box import BoxServer  # noqa: E402
 
 README = ROOT / "instruments" / "README.md"
 TWIN = ROOT / "instruments" / "virtual-cantilever.toml"

@@ -52,7 +52,7 @@ from hbtest.rig.virtual.iteration_stats import (  # noqa: E402
     affine_misfit_components,
     step_statistics,
 )
-from hbtest.solver import bad_broyden_inverse_update  # noqa: E402
+from hbtest.method.broyden import bad_broyden_inverse_update  # noqa: E402
 
 #: evaluation-count bins of the misfit's breakdown (it grows with the count: the points that took
 #: longest scattered most)

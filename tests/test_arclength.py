@@ -1,4 +1,4 @@
-"""Pseudo-arclength continuation of the hybrid test (hbtest.continuation): the shared
+"""Pseudo-arclength continuation of the hybrid test (hbtest.sweep.arclength): the shared
 bordered math and the fold interpolant against exact answers, the config keys, the store's
 open slots, and the trace on the twin against the joined structure's exact harmonic balance
 (sweeps/cubic-interface.toml: a cubic spring at the interface on the numerical side).
@@ -18,23 +18,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hbtest import frf
+from hbtest.analysis import frf
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from test_store import make_record, new_store  # noqa: E402
 
 from hbtest.config import load_rig, load_sweep  # noqa: E402
-from hbtest.continuation import CONTINUATIONS, ArclengthSettings, hermite_extremum  # noqa: E402
-from hbtest.continuation.reference import joined_structure, nearest_on_curve  # noqa: E402
-from hbtest.continuation.runner import settings_from  # noqa: E402
+from hbtest.sweep.arclength import CONTINUATIONS, ArclengthSettings, hermite_extremum  # noqa: E402
+from hbtest.sweep.arclength.reference import joined_structure, nearest_on_curve  # noqa: E402
+from hbtest.sweep.arclength.runner import settings_from  # noqa: E402
 from hbtest.errors import ConfigError, UserError  # noqa: E402
 from hbtest.events import PointFinished  # noqa: E402
 from hbtest.numerical.continuation import bordered_step, bordered_tangent  # noqa: E402
-from hbtest.plot import bode_figure, convergence_png  # noqa: E402
+from hbtest.analysis.plot import bode_figure, convergence_png  # noqa: E402
 from hbtest.rig import open_rig  # noqa: E402
 from hbtest.store import RunStore, open_run  # noqa: E402
-from hbtest.sweep import exit_code, resume, run  # noqa: E402
+from hbtest.sweep.runner import exit_code, resume, run  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CUBIC = REPO / "sweeps" / "cubic-interface.toml"

@@ -19,7 +19,7 @@ from test_arclength import CUBIC, curve_errors, reference  # noqa: E402
 
 from hbtest.config import load_sweep  # noqa: E402
 from hbtest.numerical import ContinuationSettings, trace_response  # noqa: E402
-from hbtest.sweep import exit_code, run  # noqa: E402
+from hbtest.sweep.runner import exit_code, run  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

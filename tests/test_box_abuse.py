@@ -19,7 +19,7 @@ from hbtest.rig.box.protocol import (
     decode_array,
     parse_error_reply,
 )
-from hbtest.rig.box.server import MAX_COMMAND_SAMPLES, MAX_PERIOD_SAMPLES, BoxServer
+from hbtest.serve.box import MAX_COMMAND_SAMPLES, MAX_PERIOD_SAMPLES, BoxServer
 
 ROOT = Path(__file__).resolve().parents[1]
 TWIN = ROOT / "instruments" / "virtual-cantilever.toml"

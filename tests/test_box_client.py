@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hbtest import harmonics
+from hbtest.method import harmonics
 from hbtest.cli import main
 from hbtest.config import load_rig
 from hbtest.errors import InstrumentError
 from hbtest.rig import ChannelCoefficients, Rig, open_rig
 from hbtest.rig.box import BoxSpec
-from hbtest.rig.box.server import BoxDevice, BoxServer
+from hbtest.serve.box import BoxDevice, BoxServer
 from hbtest.rig.virtual import VirtualRig
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ import pytest
 from hbtest.config import load_rig
 from hbtest.errors import InstrumentError
 from hbtest.rig import open_rig
-from hbtest.rig.box.server import BoxDevice, BoxServer
+from hbtest.serve.box import BoxDevice, BoxServer
 from hbtest.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,7 +197,7 @@ def _interrupting_ramps(device, flag):
 
 
 def test_ctrl_c_during_the_ramp_down_never_leaves_the_outputs_on(twin_cfg):
-    from hbtest.sweep import _close
+    from hbtest.sweep.runner import _close
 
     flag = threading.Event()
     with BoxServer(twin_cfg, port=0) as srv:
@@ -213,11 +213,11 @@ def test_ctrl_c_during_the_ramp_down_never_leaves_the_outputs_on(twin_cfg):
 
 
 def test_an_unexpected_exception_marks_the_store_interrupted_with_one_line(tmp_path, monkeypatch, capsys):
-    from hbtest import family
+    from hbtest.sweep import stepped
     from hbtest.cli import main
 
     calls = []
-    real = family.FamilyRunner.run
+    real = stepped.FamilyRunner.run
 
     def run_then_fail(self, i, carry):
         calls.append(i)
@@ -225,7 +225,7 @@ def test_an_unexpected_exception_marks_the_store_interrupted_with_one_line(tmp_p
             raise ZeroDivisionError("float division by zero")  # a bug of hbtest at the second point
         return real(self, i, carry)
 
-    monkeypatch.setattr(family.FamilyRunner, "run", run_then_fail)
+    monkeypatch.setattr(stepped.FamilyRunner, "run", run_then_fail)
     store = tmp_path / "s.zarr"
     code = main(["sweep", str(PAPER), "--set", "sweep.points=3", "--store", str(store), "--no-plot"])
     err = capsys.readouterr().err
@@ -236,7 +236,7 @@ def test_an_unexpected_exception_marks_the_store_interrupted_with_one_line(tmp_p
     assert attrs["status"] == "interrupted" and attrs["stop_cause"] == "error"
     assert "ZeroDivisionError: float division by zero" in attrs["stop_message"]
     assert RunStore.open(store).done().tolist() == [True, False, False]
-    monkeypatch.setattr(family.FamilyRunner, "run", real)
+    monkeypatch.setattr(stepped.FamilyRunner, "run", real)
     assert main(["resume", str(store), "--no-plot", "--quiet"]) == 0  # resumable
     assert RunStore.open(store).attrs["status"] == "completed" and all(RunStore.open(store).done())
 

@@ -27,7 +27,7 @@ from hbtest.rig.box.protocol import (
     parse_error_reply,
     reply_length,
 )
-from hbtest.rig.box.server import BoxServer
+from hbtest.serve.box import BoxServer
 
 ROOT = Path(__file__).resolve().parents[1]
 TWIN = ROOT / "instruments" / "virtual-cantilever.toml"

@@ -16,7 +16,7 @@ from hbtest.config import load_rig
 from hbtest.errors import InstrumentError, LimitExceeded
 from hbtest.rig import open_rig, safety
 from hbtest.rig.box.protocol import parse_error_reply, reply_length
-from hbtest.rig.box.server import BoxServer
+from hbtest.serve.box import BoxServer
 
 ROOT = Path(__file__).resolve().parents[1]
 TWIN = ROOT / "instruments" / "virtual-cantilever.toml"

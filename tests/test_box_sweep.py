@@ -43,8 +43,8 @@ def test_server_killed_mid_sweep_fails_cleanly_and_resume_completes(tmp_path):
 
 def test_an_instrument_error_marks_the_store_interrupted_with_the_reason(tmp_path):
     from hbtest.errors import InstrumentError
-    from hbtest.rig.box.server import BoxServer
-    from hbtest.sweep import run
+    from hbtest.serve.box import BoxServer
+    from hbtest.sweep.runner import run
 
     # the box answers the opening and the first point, then goes away
     srv = BoxServer(load_rig(TWIN), port=0)

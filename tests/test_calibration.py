@@ -9,11 +9,11 @@ import pytest
 
 from bounds import ONE_SWEEP_FRF_BOUND
 
-from hbtest import frf
+from hbtest.analysis import frf
 from hbtest.config import load_rig, load_sweep
 from hbtest.errors import ConfigError
 from hbtest.rig.virtual import VirtualRig
-from hbtest.sweep import run
+from hbtest.sweep.runner import run
 
 ROOT = Path(__file__).resolve().parents[1]
 NOMINAL = ROOT / "instruments" / "virtual-cantilever.toml"
@@ -79,7 +79,7 @@ from hbtest.calibration import (  # noqa: E402
 )
 from hbtest.cli import main  # noqa: E402
 from hbtest.errors import UserError  # noqa: E402
-from hbtest.structures import beam  # noqa: E402
+from hbtest.method.structures import beam  # noqa: E402
 
 
 def _record(**values):
@@ -200,7 +200,7 @@ def test_calibrate_command_user_errors_are_one_line_exit_2(tmp_path, capsys):
 
 
 def test_true_filter_cutoff_and_laser_position_are_simulated_exactly():
-    from hbtest.sensors import ChannelSpec
+    from hbtest.method.sensors import ChannelSpec
 
     ov = ["virtual.true_sensors.g1.lowpass_hz=450.0", "virtual.true_sensors.l2.position_mm=31.0"]
     nominal = VirtualRig(load_rig(NOMINAL), noise=False)
@@ -219,8 +219,8 @@ def test_true_filter_cutoff_and_laser_position_are_simulated_exactly():
 
 # -- raw records and re-reduction ---------------------------------------------------------
 
-from hbtest.calibration.reduce import reduce_store  # noqa: E402
-from hbtest.sensors import measure_interface  # noqa: E402
+from hbtest.analysis.reduce import reduce_store  # noqa: E402
+from hbtest.method.sensors import measure_interface  # noqa: E402
 from hbtest.store import PointRecord, RunStore, open_run  # noqa: E402
 
 
@@ -293,7 +293,7 @@ def test_sweep_keeps_the_final_raw_record_of_every_point_when_asked(tmp_path):
     keeps none."""
     from hbtest.config import load_sweep
     from hbtest.store import RunStore
-    from hbtest.sweep import run
+    from hbtest.sweep.runner import run
 
     paper = Path(__file__).resolve().parents[1] / "sweeps" / "paper-cantilever.toml"
     over = ["sweep.start_hz=16.0", "sweep.stop_hz=16.2", "sweep.points=2", "output.raw_records=true"]

@@ -9,14 +9,14 @@ import pytest
 
 from bounds import ONE_SWEEP_FRF_BOUND
 
-from hbtest import frf
+from hbtest.analysis import frf
 from hbtest.calibration import CalibrationRecord, run_calibration, save_calibration
 from hbtest.calibration.uncertainty import calibration_perturbations, reduction_matrix
 from hbtest.config import load_rig, load_sweep
 from hbtest.errors import UserError
 from hbtest.rig.virtual import VirtualRig
-from hbtest.sensors import measure_interface_from_coefficients
-from hbtest.sweep import run
+from hbtest.method.sensors import measure_interface_from_coefficients
+from hbtest.sweep.runner import run
 
 ROOT = Path(__file__).resolve().parents[1]
 NOMINAL = ROOT / "instruments" / "virtual-cantilever.toml"

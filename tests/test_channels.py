@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hbtest import harmonics
+from hbtest.method import harmonics
 from hbtest.config import load_rig
 from hbtest.errors import ConfigError
 from hbtest.rig import ChannelCoefficients
 from hbtest.rig.virtual import VirtualRig
-from hbtest.sensors import (
+from hbtest.method.sensors import (
     ChannelSpec,
     SensorLayout,
     forces_finite_difference,
@@ -422,7 +422,7 @@ def test_box_serves_and_reads_declared_channels_with_skew():
     are the in-process twin's bit for bit, and the box-averaged coefficients reduce with the
     client's layout to the raw record's reduction."""
     from hbtest.rig import open_rig
-    from hbtest.rig.box.server import BoxServer
+    from hbtest.serve.box import BoxServer
 
     six = SIX.replace('name = "gb"', 'name = "gb"\nskew_us = 120.0')
     twin_cfg = load(six)
@@ -477,8 +477,8 @@ def test_the_store_records_the_sensor_layout_the_reduction_used(tmp_path):
     import xarray as xr
 
     from hbtest.config import load_rig, load_sweep
-    from hbtest.sensors import SensorLayout
-    from hbtest.sweep import run
+    from hbtest.method.sensors import SensorLayout
+    from hbtest.sweep.runner import run
 
     root = Path(__file__).resolve().parents[1]
     over = ["sweep.start_hz=16.0", "sweep.stop_hz=16.2", "sweep.points=2"]

@@ -1,5 +1,5 @@
-"""Classical real-time hybrid testing (hbtest.classical): the time-domain loop against the
-delay-equation analysis of hbtest.stability, compensators, identification, CLI."""
+"""Classical real-time hybrid testing (hbtest.realtime.classical): the time-domain loop against the
+delay-equation analysis of hbtest.realtime.stability, compensators, identification, CLI."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import scipy.integrate
 
-from hbtest import classical as cl
-from hbtest import harmonics
-from hbtest import stability as st
+from hbtest.realtime import classical as cl
+from hbtest.method import harmonics
+from hbtest.realtime import stability as st
 from hbtest.cli import main
 from hbtest.store import RunStore, open_run
 
@@ -48,7 +48,7 @@ def test_foh_discretisation_is_exact_for_linear_input():
 
 
 def test_ps_state_space_is_the_condensed_dynamic_stiffness():
-    from hbtest.substructure import split_beam
+    from hbtest.method.substructure import split_beam
 
     _, ps, _ = split_beam(0.53, 0.17, 0.0254, 1e-3, 217e9, 8210.0, elements_per_metre=40, zeta_mass=0.9, zeta_stiffness=7e-5)
     A, B, Cm, D = cl.ps_state_space(ps)
@@ -83,7 +83,7 @@ def test_growth_rate_of_exponential_sinusoids():
 
 
 def test_polynomial_predictor_weights_are_textbook_square_case():
-    # via hbtest.stability (reused, not re-implemented): order N through N + 1 samples
+    # via hbtest.realtime.stability (reused, not re-implemented): order N through N + 1 samples
     np.testing.assert_allclose(st.polynomial_predictor_weights(2, 3, 1.0), [3, -3, 1], atol=1e-12)
     np.testing.assert_allclose(st.polynomial_predictor_weights(1, 2, 1.0), [2, -1], atol=1e-12)
     np.testing.assert_allclose(st.polynomial_predictor_weights(3, 4, 1.0), [4, -6, 4, -1], atol=1e-12)
@@ -389,8 +389,8 @@ def test_cli_compare_cantilever(capsys, tmp_path):
     assert png.stat().st_size > 1000
     ds = open_run(store)  # the sweep's store replaced the old one
     assert ds["frequency"].size == 3 and ds.attrs["status"] == "completed"
-    # the iterative FRFs are the store's (hbtest.frf): small error against the twin's exact reference
-    from hbtest.frf import relative_error
+    # the iterative FRFs are the store's (hbtest.analysis.frf): small error against the twin's exact reference
+    from hbtest.analysis.frf import relative_error
 
     err = relative_error(ds).sel(dof="u").values
     assert [p["iterative"]["frf_error"] for p in out["points"]] == pytest.approx(list(err), rel=1e-12)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from hbtest import config, schema
+from hbtest import config
+from hbtest.config import section
 from hbtest.cli import main
 from hbtest.config import RigConfig, load_rig, load_sweep, parse_override
 from hbtest.errors import ConfigError
@@ -168,9 +169,9 @@ def rig_file(tmp_path, old: str, new: str) -> Path:
 
 
 def test_schema_names_are_re_exported_by_config():
-    assert config.Section is schema.Section and config.BeamSpec is schema.BeamSpec
-    assert config.SourceFile is schema.SourceFile and config.read_beam is schema.read_beam
-    assert config.RigCommon is schema.RigCommon
+    assert config.Section is section.Section and config.BeamSpec is section.BeamSpec
+    assert config.SourceFile is section.SourceFile and config.read_beam is section.read_beam
+    assert config.RigCommon is section.RigCommon
 
 
 def test_registry_knows_the_kinds():
@@ -245,7 +246,7 @@ def test_load_rig_dispatches_to_the_kind_and_open_rig_opens_it(monkeypatch):
     monkeypatch.setattr(registry, "get", lambda name: fake)
     cfg = load_rig(RIG)
     c = seen["common"]
-    assert isinstance(c, schema.RigCommon) and c.path == str(RIG)
+    assert isinstance(c, section.RigCommon) and c.path == str(RIG)
     assert c.identity == cfg.identity and c.actuators == ("vertical", "rotational") and c.sample_rate_hz == 5000.0
     assert c.sensors is cfg.sensors and c.physical == cfg.physical and c.voltage_limit_v == cfg.voltage_limit_v
     assert cfg.common == c

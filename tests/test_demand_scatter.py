@@ -153,7 +153,7 @@ def test_a_scattering_point_keeps_averaging_instead_of_stalling(tmp_path):
     scatter, every point converges (before: that point stalled after 26 iterations "at its noise
     floor")."""
     from hbtest.config import load_sweep
-    from hbtest.sweep import run
+    from hbtest.sweep.runner import run
 
     lab = load_rig(RIG).spec.demand_scatter  # the reference twin's, on this sweep's harsh-mains twin
     scatter = [f"virtual.demand_scatter.sd_v={list(lab.sd)}", f"virtual.demand_scatter.correlation={lab.rho}"]

@@ -119,7 +119,7 @@ def _clipped_channels(message: str) -> set:
 
 
 def test_split_at_300_mm_clips_on_the_twin_where_predicted_and_not_where_predicted_clean(tmp_path):
-    from hbtest.sweep import run
+    from hbtest.sweep.runner import run
 
     # the harsh-mains twin: 32 microstrain of mains envelope tips 18.5 Hz over range, as the
     # prediction (which adds the envelope) says; the lab-calibrated twin's 3 microstrain do not
@@ -208,7 +208,7 @@ def test_mains_sweep_on_the_twin_moves_the_point_and_every_point_converges_in_bo
     between-evaluation variance) and the point averages it: 3,025 periods, 6.05x the median
     (without: 619, but the stated uncertainty 4x too small at 50.5 Hz)."""
     from hbtest.commands.render import render
-    from hbtest.sweep import run
+    from hbtest.sweep.runner import run
 
     cfg = load_sweep(MAINS)
     events = []
@@ -227,14 +227,14 @@ def test_mains_sweep_on_the_twin_moves_the_point_and_every_point_converges_in_bo
     U, R = ds["interface_displacement"].values[4, 0, 0], ds["reference_interface_displacement"].values[4, 0, 0]
     assert abs(U - R) <= 0.01 * abs(R)
     # resume recomputes the same applied grid (nothing left to run here)
-    from hbtest.sweep import resume
+    from hbtest.sweep.runner import resume
 
     again = resume(tmp_path / "m.zarr", plot=False)
     assert np.array_equal(again["frequency"].values, f)
 
 
 def test_a_point_kept_on_the_mains_fails_and_says_why(tmp_path):
-    from hbtest.sweep import run
+    from hbtest.sweep.runner import run
 
     # the harsh-mains twin: on the lab-calibrated one the pickup is small enough that this point converges
     cfg = load_sweep(PAPER, ["test.target_mode=3", "sweep.start_hz=50", "sweep.stop_hz=50.5", "sweep.points=2",

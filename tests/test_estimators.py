@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hbtest import harmonics
+from hbtest.method import harmonics
 from hbtest.config import load_rig, load_sweep
-from hbtest.estimators import fit_through_transient, pool_affine, relevant_modes
+from hbtest.method.estimators import fit_through_transient, pool_affine, relevant_modes
 from hbtest.rig import open_rig
 
 ROOT = Path(__file__).resolve().parents[1]

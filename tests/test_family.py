@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 from hbtest.cli import main
 from hbtest.config import load_rig, load_sweep
 from hbtest.errors import ConfigError
-from hbtest.family import backbone, has_levels, peak_parabola, slot_amplitudes, slot_legs, slot_levels
-from hbtest.frf import frf, frf_uncertainty
+from hbtest.sweep.stepped import backbone, has_levels, peak_parabola, slot_amplitudes, slot_legs, slot_levels
+from hbtest.analysis.frf import frf, frf_uncertainty
 from hbtest.rig import open_rig
 from hbtest.store import RunStore
-from hbtest.sweep import resume, run
+from hbtest.sweep.runner import resume, run
 
 SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
 PAPER = SWEEPS / "paper-cantilever.toml"

@@ -21,7 +21,7 @@ import scipy.optimize
 
 from hbtest.config import load_rig, load_sweep
 from hbtest.rig.virtual import CHANNELS, VirtualRig
-from hbtest.sensors import (
+from hbtest.method.sensors import (
     FORCE_METHODS,
     forces_finite_difference,
     forces_inertia_corrected,
@@ -29,7 +29,7 @@ from hbtest.sensors import (
     lasers_to_motion,
     measure_interface,
 )
-from hbtest.substructure import join
+from hbtest.method.substructure import join
 
 ROOT = Path(__file__).resolve().parents[1]
 RIG = ROOT / "instruments" / "virtual-cantilever.toml"

@@ -12,8 +12,8 @@ import pytest
 from hbtest.cli import main as cli_main
 from hbtest.config import SweepSpec
 from hbtest.errors import UserError
-from hbtest.export import open_netcdf, to_netcdf, to_uff
-from hbtest.frf import (
+from hbtest.analysis.export import open_netcdf, to_netcdf, to_uff
+from hbtest.analysis.frf import (
     compare_resonance,
     fit_resonance,
     format_sync_table,
@@ -25,7 +25,7 @@ from hbtest.frf import (
     sync_metrics,
     sync_table,
 )
-from hbtest.plot import bode_png, convergence_png, default_png_path
+from hbtest.analysis.plot import bode_png, convergence_png, default_png_path
 from hbtest.store import RunStore, open_run
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -221,7 +221,7 @@ def test_plot_cli(run31, tmp_path, capsys):
 
 
 def test_sync_table_text_and_the_plot_command_prints_it(run31, capsys):
-    from hbtest.frf import format_sync_table, sync_table
+    from hbtest.analysis.frf import format_sync_table, sync_table
 
     path, _ = run31
     text = format_sync_table(sync_table(open_run(path), 0, harmonics=[1]))
@@ -332,8 +332,8 @@ def test_bode_band_is_two_standard_uncertainties(run31):
     frf_uncertainty, and the legend says what it is."""
     from matplotlib.collections import PolyCollection
 
-    from hbtest.frf import frf_uncertainty
-    from hbtest.plot import BAND_FACTOR, bode_figure
+    from hbtest.analysis.frf import frf_uncertainty
+    from hbtest.analysis.plot import BAND_FACTOR, bode_figure
 
     ds = open_run(run31[0]).load()
     unc = frf_uncertainty(ds)

@@ -41,7 +41,7 @@ OUT_OF_RANGE = ["-1", "0", "-0.0", "1e308", "-1e308", "1e-300", "inf", "-inf", "
 
 
 # (key, value) of a line that the CLI does not yet turn into one line and exit 2 (bugs of the
-# config layer, hbtest/schema.py: no bounds on beam properties and laser spacing); kept out of
+# config layer, hbtest/config/section.py: no bounds on beam properties and laser spacing); kept out of
 # the random cases and pinned by test_known_bad_value below (strict xfail: it tells when fixed)
 #: values the fuzzing once found the CLI crashing on (now refused by the config layer with one
 #: line): kept as explicit regression cases

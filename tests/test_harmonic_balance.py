@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hbtest import harmonics
+from hbtest.method import harmonics
 from hbtest.config import load_rig, load_sweep
 from hbtest.point import HbtestCarry, HbtestProfile, NumericalSide, PointLoop, PointSettings
 from hbtest.rig import Acquisition, open_rig
-from hbtest.sensors import excluded_energy_fraction
-from hbtest.sweep import run
+from hbtest.method.sensors import excluded_energy_fraction
+from hbtest.sweep.runner import run
 
 ROOT = Path(__file__).resolve().parents[1]
 TWO = ROOT / "sweeps" / "two-harmonic.toml"

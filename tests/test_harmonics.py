@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hbtest import harmonics as hm
+from hbtest.method import harmonics as hm
 
 
 def _multisine(rng, orders, n_ch=3):

@@ -16,7 +16,7 @@ from hbtest.errors import InstrumentError, LimitExceeded
 from hbtest.rig import open_rig
 from hbtest.rig.helic import codec as c
 from hbtest.rig.helic.client import StreamReceiver, _sample_indices
-from hbtest.rig.helic.server import HelicServer, burst_datagrams
+from hbtest.serve.helic import HelicServer, burst_datagrams
 from hbtest.rig.virtual import VirtualRig
 
 

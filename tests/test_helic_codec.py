@@ -154,7 +154,7 @@ def test_a_coalesced_receive_decodes_as_its_datagrams_one_by_one(m, whole, junk_
 @settings(max_examples=20, deadline=None)
 @given(st.integers(1, 8), st.integers(1, 400), st.integers(1, 3), st.integers(0, 2**32 + 5))
 def test_the_served_twins_packet_runs_are_the_datagrams_encoded_one_by_one(m, n, dec, first):
-    from hbtest.rig.helic.server import _whole_packets
+    from hbtest.serve.helic import _whole_packets
 
     values = np.random.default_rng(n).standard_normal((n, m)).astype(np.float32)
     idx = first + dec * np.arange(n, dtype=np.int64)

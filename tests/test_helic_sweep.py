@@ -15,7 +15,7 @@ from served import INSTRUMENTS, PAPER, QUIET, TWIN, frf_error, kill_then_resume,
 from hbtest.cli import main
 from hbtest.config import load_rig, load_sweep
 from hbtest.rig import open_rig
-from hbtest.rig.helic.server import HelicDevice, HelicServer
+from hbtest.serve.helic import HelicDevice, HelicServer
 from hbtest.store import RunStore
 
 
@@ -121,7 +121,7 @@ def test_per_point_tables_equal_the_in_process_run_on_the_same_measurement_path(
     Two points in the
     default run (16 and 19 Hz: a fit at the nominal mains took 15 iterations at 16 Hz, 2 here)."""
     from hbtest.point.profiles import HbtestProfile
-    from hbtest.sweep import run
+    from hbtest.sweep.runner import run
 
     rule = HbtestProfile.window_rule
     monkeypatch.setattr(HbtestProfile, "window_rule", lambda self, s: dataclasses.replace(rule(self, s), fit_transient=False))

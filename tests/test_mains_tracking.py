@@ -1,4 +1,4 @@
-"""The measured mains frequency (:func:`hbtest.estimators.mains_frequency`) and the point loop's
+"""The measured mains frequency (:func:`hbtest.method.estimators.mains_frequency`) and the point loop's
 tracker (:meth:`hbtest.point.loop.PointLoop.track_mains`).
 
 Evidence: synthetic records with a known line (error against the stated Cramer-Rao bound, seeded);
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from hbtest.config import load_rig, load_sweep
-from hbtest.estimators import mains_frequency
+from hbtest.method.estimators import mains_frequency
 from hbtest.point import PointLoop, PointSettings
 from hbtest.point.loop import MAINS_SD_INFLATION
 from hbtest.rig.virtual import VirtualRig

@@ -1,5 +1,5 @@
-"""FRF uncertainty (hbtest.frf.frf_uncertainty) and the modal fit with confidence intervals
-(hbtest.modal, ``hbtest modal``): against the virtual twin's exact emulated structure, and
+"""FRF uncertainty (hbtest.analysis.frf.frf_uncertainty) and the modal fit with confidence intervals
+(hbtest.analysis.modal, ``hbtest modal``): against the virtual twin's exact emulated structure, and
 the propagation against a forward Monte-Carlo simulation of the measurement."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import pytest
 
 from hbtest.cli import main
 from hbtest.config import load_rig, load_sweep
-from hbtest.frf import compare_resonance, frf, frf_uncertainty, uncertainty_coverage
-from hbtest.modal import fit_modes, model_mode
+from hbtest.analysis.frf import compare_resonance, frf, frf_uncertainty, uncertainty_coverage
+from hbtest.analysis.modal import fit_modes, model_mode
 from hbtest.store import PointRecord, RunStore, StoreLock, open_run
-from hbtest.substructure import Substructure
-from hbtest.sweep import run
+from hbtest.method.substructure import Substructure
+from hbtest.sweep.runner import run
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "sweeps" / "paper-cantilever.toml"
@@ -166,7 +166,7 @@ def test_a_stated_uncertainty_sets_the_size_of_the_noise_band(tmp_path):
     # two harmonics in the store: only the point that balanced the fundamental alone is scaled
     import xarray as xr
 
-    from hbtest.frf import _stated_size
+    from hbtest.analysis.frf import _stated_size
     two = xr.Dataset({"displacement_uncertainty": ("frequency", [1.0, 1.0, 1.0]),
                       "harmonic_active": (("frequency", "harmonic"), [[True, False], [True, True], [False, True]])},
                      coords={"harmonic": [1, 2]})

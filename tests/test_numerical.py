@@ -8,7 +8,7 @@ import scipy.integrate
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hbtest import harmonics
+from hbtest.method import harmonics
 from hbtest.numerical import (
     ELEMENT_KINDS,
     Contact,
@@ -22,8 +22,8 @@ from hbtest.numerical import (
     harmonic_force,
     packed_force,
 )
-from hbtest.structures import beam, generic
-from hbtest.substructure import Substructure
+from hbtest.method.structures import beam, generic
+from hbtest.method.substructure import Substructure
 
 F = 18.0  # Hz
 
@@ -491,7 +491,7 @@ from scipy.optimize import minimize_scalar  # noqa: E402
 
 from hbtest.config import load_rig  # noqa: E402
 from hbtest.numerical import ContinuationSettings, trace_response  # noqa: E402
-from hbtest.substructure import join_beams  # noqa: E402
+from hbtest.method.substructure import join_beams  # noqa: E402
 
 
 def duffing_single_harmonic_folds(m, c, k, k3, f0):
@@ -689,7 +689,7 @@ def test_hybrid_sweep_with_a_nonlinear_numerical_side_matches_the_joined_structu
     form, AFT) converges at every point, and its measured interface motion matches the harmonic
     balance of the joined nonlinear structure (an independent computation): the fundamental
     within 1 % and the third harmonic, which the cubic spring creates, within 5 % of its own size."""
-    from hbtest.sweep import run
+    from hbtest.sweep.runner import run
 
     quiet = "rig_set=['virtual.noise.laser_rms_um=0.0', 'virtual.noise.gauge_rms_microstrain=0.0', 'virtual.mains.amplitude_microstrain=0.0']"
     over = ["sweep.continuation=stepped", "sweep.start_hz=18.4", "sweep.stop_hz=18.9", "sweep.points=3", quiet]  # the grid, not the file's arclength

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hbtest.estimators import pool_affine, sandwich_variance, solution_map
+from hbtest.method.estimators import pool_affine, sandwich_variance, solution_map
 
 
 def _design(rng, J: int, m: int):

@@ -1,6 +1,6 @@
 """Red Pitaya STEMlab 125-14 (rig kind ``redpitaya``): the driver's exact command transcripts
 against the scripted fake over a real socket; the simulated board's documented behaviours
-(hbtest/rig/scpi/sim/redpitaya.py, numbered there) over real sockets; ``hbtest rig check``,
+(hbtest/serve/scpi/redpitaya.py, numbered there) over real sockets; ``hbtest rig check``,
 the limit and the outputs-off on close through the rig; a 2-point sweep through
 ``hbtest serve --protocol redpitaya`` against the exact structure (slow: the boards run in
 real time)."""
@@ -16,15 +16,15 @@ from served import PAPER, QUIET, frf_error, kill_then_resume, served_sweep
 from hbtest.cli import main
 from hbtest.config import load_rig
 from hbtest.errors import InstrumentError, LimitExceeded
-from hbtest.harmonics import fit
+from hbtest.method.harmonics import fit
 from hbtest.rig import open_rig
 from hbtest.rig.scpi.link import ScpiLink, open_resource
 from hbtest.rig.scpi.redpitaya import RedPitaya
-from hbtest.rig.scpi.sim.redpitaya import BASE_HZ, BUFFER, RingPlant, open_boards
-from hbtest.rig.scpi.sim.redpitaya import RedPitaya as SimBoard
-from hbtest.rig.scpi.sim.server import ScpiServer, parse_message
+from hbtest.serve.scpi.redpitaya import BASE_HZ, BUFFER, RingPlant, open_boards
+from hbtest.serve.scpi.redpitaya import RedPitaya as SimBoard
+from hbtest.serve.scpi.server import ScpiServer, parse_message
 from hbtest.rig.virtual import VirtualRig
-from hbtest.testing import ScriptedInstrument
+from hbtest.serve.scripted import ScriptedInstrument
 
 ROOT = Path(__file__).resolve().parents[1]
 LOOPBACK = ROOT / "instruments" / "redpitaya-loopback.toml"

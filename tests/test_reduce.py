@@ -11,15 +11,16 @@ import pytest
 
 from bounds import ONE_SWEEP_FRF_BOUND
 
-from hbtest import frf, harmonics
+from hbtest.analysis import frf
+from hbtest.method import harmonics
 from hbtest.calibration import CalibrationRecord, save_calibration
-from hbtest.calibration.reduce import reduce_store
+from hbtest.analysis.reduce import reduce_store
 from hbtest.calibration.resolve import EXTRAPOLATION_WARNING, RESOLVE_METHODS, reduce_evaluations, resolve_point
 from hbtest.cli import main
 from hbtest.config import load_rig, load_sweep
 from hbtest.point import NumericalSide
 from hbtest.store import RunStore, open_run
-from hbtest.sweep import run
+from hbtest.sweep.runner import run
 
 ROOT = Path(__file__).resolve().parents[1]
 NOMINAL = ROOT / "instruments" / "virtual-cantilever.toml"

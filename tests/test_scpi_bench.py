@@ -1,4 +1,4 @@
-"""The ``scpi`` kind against the simulated 33500B + InfiniiVision (hbtest.rig.scpi.sim: written
+"""The ``scpi`` kind against the simulated 33500B + InfiniiVision (hbtest.serve.scpi: written
 from the manuals, the twin as the plant), over real loopback sockets: one regression test per
 defect the simulated instruments exposed, and the client-side discipline (late, doubled,
 partial or cut replies, errors in the queue, dropped or absent instruments, an interrupted
@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hbtest import estimators, harmonics
+from hbtest.method import estimators, harmonics
 from hbtest.cli import main
 from hbtest.config import load_rig
 from hbtest.errors import InstrumentError
 from hbtest.rig import open_rig
 from hbtest.rig.scpi.link import ScpiLink, open_resource
-from hbtest.rig.scpi.sim import open_bench
-from hbtest.rig.scpi.sim.server import SimError
+from hbtest.serve.scpi import open_bench
+from hbtest.serve.scpi.server import SimError
 
 ROOT = Path(__file__).resolve().parents[1]
 TWIN = ROOT / "instruments" / "virtual-cantilever.toml"
@@ -227,7 +227,7 @@ def test_rig_check_against_nothing_listening_is_one_line_exit_2(tmp_path, capsys
 
 
 def test_an_instrument_that_goes_away_is_one_error_not_a_hang(bench):
-    from hbtest.rig.scpi.sim import ScpiServer
+    from hbtest.serve.scpi import ScpiServer
 
     srv = ScpiServer(bench.generator, name="doomed").start()
     g = link(srv, "generator Y", timeout_ms=1000)
@@ -421,7 +421,7 @@ def test_the_simulator_acts_on_a_command_as_of_its_arrival():
     clock), more on a loaded machine; a real generator acts on a restart when it arrives. Three
     commands sent back to back to an instrument that takes 50 ms over each are stamped with
     their arrival, not with the moment the simulator got to them (100 ms later for the third)."""
-    from hbtest.rig.scpi.sim import ScpiServer
+    from hbtest.serve.scpi import ScpiServer
 
     class Slow:
         def __init__(self):

@@ -7,7 +7,7 @@ import pytest
 from hbtest.errors import InstrumentError
 from hbtest.rig.scpi import InfiniiVision, ScpiLink
 from hbtest.rig.scpi.link import open_resource
-from hbtest.testing import ScriptedInstrument, Step
+from hbtest.serve.scripted import ScriptedInstrument, Step
 
 PRE = "+1,+0,+8,+1,+1.00000000E-03,-2.00000000E-03,+0,+3.00000000E-04,+5.00000000E-01,+32768"
 

@@ -10,7 +10,7 @@ import pytest
 from hbtest.errors import InstrumentError
 from hbtest.rig.scpi import Keysight33500B, ScpiLink, synthesise
 from hbtest.rig.scpi.link import open_resource
-from hbtest.testing import Block, ScriptedInstrument, Silent, Step
+from hbtest.serve.scripted import Block, ScriptedInstrument, Silent, Step
 
 IDN = "Keysight Technologies,33522B,MY00000001,4.03-1.19-2.00-52-00"
 

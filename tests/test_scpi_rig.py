@@ -16,7 +16,7 @@ from hbtest.rig import Rig
 from hbtest.rig.scpi import KIND, InfiniiVision, Keysight33500B, ScpiLink, ScpiRig, open as open_scpi
 from hbtest.rig.scpi.link import open_resource
 from hbtest.rig.scpi.rig import ScpiAcquisition
-from hbtest.testing import Block, Recorder, ScriptedInstrument, Step
+from hbtest.serve.scripted import Block, Recorder, ScriptedInstrument, Step
 
 RIG = "instruments/lab-33500b-scope.toml"
 IDN_GEN = "Keysight Technologies,33522B,MY00000001,4.03"

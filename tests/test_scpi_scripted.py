@@ -7,7 +7,7 @@ import pytest
 
 from hbtest.rig.scpi import ScpiLink
 from hbtest.rig.scpi.link import open_resource
-from hbtest.testing import Block, ScriptedInstrument, Step
+from hbtest.serve.scripted import Block, ScriptedInstrument, Step
 
 
 def link(fake):

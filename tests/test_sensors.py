@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hbtest.sensors import (
+from hbtest.method.sensors import (
     ChannelSpec,
     SensorLayout,
     forces_finite_difference,
@@ -11,7 +11,7 @@ from hbtest.sensors import (
     forces_segment,
     lasers_to_motion,
 )
-from hbtest.structures import beam
+from hbtest.method.structures import beam
 
 E, RHO, B, H = 217e9, 8210.0, 25.4e-3, 1e-3
 ZM, ZK = 0.9, 7e-5

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from hbtest.config import load_rig, load_sweep
-from hbtest.estimators import pool_affine
+from hbtest.method.estimators import pool_affine
 from hbtest.point import HbtestCarry, NumericalSide, PointLoop, PointSettings, get_profile
 from hbtest.rig import ChannelCoefficients, open_rig
-from hbtest.sensors import measure_interface_from_coefficients
+from hbtest.method.sensors import measure_interface_from_coefficients
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "sweeps" / "paper-cantilever.toml"
@@ -326,8 +326,8 @@ def test_a_clipped_record_is_left_out_of_the_pool():
 
 
 def _range_sweep(tmp_path, monkeypatch, restart):
-    from hbtest import frf
-    from hbtest.sweep import run
+    from hbtest.analysis import frf
+    from hbtest.sweep.runner import run
 
     base = load_sweep(BARE, [])
     over = ["sweep.start_hz=18.3", "sweep.stop_hz=18.7", "sweep.points=3",

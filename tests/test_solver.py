@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hbtest import harmonics, solver
+from hbtest.method import harmonics, broyden
 
 
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 8))
@@ -12,10 +12,10 @@ def test_updates_satisfy_their_secant_conditions(seed, n):
     rng = np.random.default_rng(seed)
     H = rng.normal(size=(n, n))
     dV, dR = rng.normal(size=n), rng.normal(size=n)
-    np.testing.assert_allclose(solver.bad_broyden_inverse_update(H, dV, dR) @ dR, dV, atol=1e-9)
+    np.testing.assert_allclose(broyden.bad_broyden_inverse_update(H, dV, dR) @ dR, dV, atol=1e-9)
     J = rng.normal(size=(2 * n, n))
     dY = rng.normal(size=2 * n)
-    Jn = solver.good_broyden_update(J, dV, dY)
+    Jn = broyden.good_broyden_update(J, dV, dY)
     np.testing.assert_allclose(Jn @ dV, dY, atol=1e-9)
     # least change: the update is rank one along dV
     assert np.linalg.matrix_rank(Jn - J, tol=1e-9) <= 1
@@ -34,10 +34,10 @@ def test_good_broyden_solves_a_linear_rig_from_a_rough_jacobian(seed):
     for _ in range(40):
         if np.linalg.norm(r) < 1e-10:
             break
-        dv = solver.newton_step(J, r)
+        dv = broyden.newton_step(J, r)
         v2 = v + dv
         r2 = A @ v2 + b
-        J = solver.good_broyden_update(J, v2 - v, r2 - r)
+        J = broyden.good_broyden_update(J, v2 - v, r2 - r)
         v, r = v2, r2
     assert np.linalg.norm(r) < 1e-8
 
@@ -45,25 +45,25 @@ def test_good_broyden_solves_a_linear_rig_from_a_rough_jacobian(seed):
 @given(seed=st.integers(0, 1000), cap=st.floats(1e-3, 10))
 def test_limit_step_keeps_direction_and_cap(seed, cap):
     dv = np.random.default_rng(seed).normal(size=6) * 5
-    out = solver.limit_step(dv, cap)
+    out = broyden.limit_step(dv, cap)
     assert np.max(np.abs(out)) <= cap * (1 + 1e-12)
     assert np.allclose(out / np.linalg.norm(out), dv / np.linalg.norm(dv))
 
 
 def test_clip_voltage_bounds_each_actuator_peak():
     V = np.array([3.0, 4.0, 0.1, 0.1])  # actuator 0 peaks at 5 V... limit 4 V; actuator 1 small
-    out, clipped = solver.clip_voltage(V, 2, 4.0, [1])
+    out, clipped = broyden.clip_voltage(V, 2, 4.0, [1])
     assert clipped and np.allclose(out[2:], V[2:])
     t = np.linspace(0, 1, 10001)
     x = harmonics.reconstruct(t, harmonics.unpack(out[:2], [1]), 1.0, [1])
     assert np.abs(x).max() == pytest.approx(4.0, rel=1e-6)  # the true peak, not a looser bound
-    same, clipped = solver.clip_voltage(V, 2, 5.0, [1])
+    same, clipped = broyden.clip_voltage(V, 2, 5.0, [1])
     assert not clipped and np.array_equal(same, V)
 
 
 def test_informative_rejects_changes_within_noise():
-    assert not solver.informative(np.array([1e-6, -1e-6]), 1e-6)
-    assert solver.informative(np.array([1e-4, 0.0]), 1e-6)
+    assert not broyden.informative(np.array([1e-6, -1e-6]), 1e-6)
+    assert broyden.informative(np.array([1e-4, 0.0]), 1e-6)
 
 
 @given(seed=st.integers(0, 1000), orders=st.lists(st.integers(0, 5), min_size=1, max_size=4, unique=True))

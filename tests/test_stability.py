@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hbtest import stability as S
+from hbtest.realtime import stability as S
 from hbtest.cli import main
 
 REF = dict(width=25.4e-3, thickness=1e-3, youngs_modulus=217e9, density=8210.0, zeta_mass=0.9, zeta_stiffness=7e-5)
@@ -351,7 +351,7 @@ def test_chain_assembly_and_critical_delay():
     assert sy.dof_names == ("I.x0", "I.x2", "P.x1")
     assert not sy.is_neutral
     # at zero delay the hybrid equals the full chain
-    from hbtest.structures import mass_chain
+    from hbtest.method.structures import mass_chain
 
     full = mass_chain([1.0, 0.5, 1.0], [1000.0, 2000.0, 2000.0, 1000.0], [1.0, 0.5, 0.5, 1.0], True, True)
     lam0 = np.sort_complex(sy.eigenvalues_without_delay())
@@ -592,11 +592,11 @@ def test_max_predictor_horizon_is_where_the_gain_reaches_its_bound():
 
 
 # ---------------------------------------------------------------------------------------
-# split beam from hbtest.substructure.split_beam
+# split beam from hbtest.method.substructure.split_beam
 
 
 def test_beam_hybrid_is_split_beam_with_the_physical_section():
-    from hbtest.substructure import split_beam
+    from hbtest.method.substructure import split_beam
 
     thick = dict(REF, thickness=2e-3)
     sy = S.beam_hybrid(L_REF, 0.17, **REF, physical={"thickness": 2e-3}, elements_per_metre=40)

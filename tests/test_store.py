@@ -22,7 +22,7 @@ import pytest
 from hbtest.config import SweepSpec, load_toml
 from hbtest.errors import UserError
 from hbtest.store import DOFS, PointRecord, RunStore, open_run, tolerance_from_attrs
-from hbtest.substructure import split_beam
+from hbtest.method.substructure import split_beam
 
 REF = dict(width=0.0254, thickness=0.001, youngs_modulus=217e9, density=8210.0, zeta_mass=0.9, zeta_stiffness=7e-5)
 ACTUATORS = ("vertical", "rotational")

@@ -1,4 +1,4 @@
-"""Adaptive sweep strategies (hbtest.strategy): the single-mode model fit against exact and
+"""Adaptive sweep strategies (hbtest.sweep.strategy): the single-mode model fit against exact and
 seeded synthetic FRFs with known modal parameters, the design's choices (bracket, A-optimal
 step, CI-based stop, curve refinement), refusals in the sweep file, and one modal design on
 the virtual twin, interrupted and resumed."""
@@ -14,23 +14,8 @@ from hbtest.config.sweep import TargetSpec
 from hbtest.errors import ConfigError
 from hbtest.events import PointFinished
 from hbtest.store import RunStore
-from hbtest.strategy import (
-    BRACKET_POINTS,
-    CANDIDATE_SPAN,
-    DESIGN_ACCURACY_SHARE,
-    FINAL_ACCURACY_SHARES,
-    DesignPoints,
-    Estimate,
-    _half_widths,
-    _z,
-    curve_attribute,
-    curve_from_attribute,
-    curve_uncertainty,
-    fit_model,
-    next_curve,
-    next_modal,
-)
-from hbtest.sweep import resume, run
+from hbtest.sweep.strategy import BRACKET_POINTS, CANDIDATE_SPAN, DESIGN_ACCURACY_SHARE, FINAL_ACCURACY_SHARES, DesignPoints, Estimate, _half_widths, _z, curve_attribute, curve_from_attribute, curve_uncertainty, fit_model, next_curve, next_modal
+from hbtest.sweep.runner import resume, run
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "sweeps" / "paper-cantilever.toml"

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hbtest.structures import beam, generic, mass_chain
+from hbtest.method.structures import beam, generic, mass_chain
 
 E, RHO, B, H, L = 217e9, 8210.0, 25.4e-3, 1e-3, 0.53
 EI = E * B * H**3 / 12

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hbtest.structures import beam, mass_chain
-from hbtest.substructure import Substructure, condense, join, join_beams, mode_nodes, split_beam
+from hbtest.method.structures import beam, mass_chain
+from hbtest.method.substructure import Substructure, condense, join, join_beams, mode_nodes, split_beam
 
 REF = dict(width=25.4e-3, thickness=1e-3, youngs_modulus=217e9, density=8210.0, zeta_mass=0.9, zeta_stiffness=7e-5)
 GRID = 2j * np.pi * np.linspace(0.5, 300.0, 97)

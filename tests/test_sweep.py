@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from hbtest import frf
+from hbtest.analysis import frf
 from hbtest.cli import main
 from hbtest.config import load_sweep
 from hbtest.store import RunStore
-from hbtest.sweep import resume, run
+from hbtest.sweep.runner import resume, run
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "sweeps" / "paper-cantilever.toml"

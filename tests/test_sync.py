@@ -1,4 +1,4 @@
-"""Sync metrics per interface variable (u, θ, T, M) and harmonic (hbtest.sync): the definition
+"""Sync metrics per interface variable (u, θ, T, M) and harmonic (hbtest.method.ps_ns_sync): the definition
 on known signals, the store's values against an independent recomputation from the stored
 coefficients and the linear numerical substructure, and on the twin at convergence the
 paper's figures (PS and NS within 1 % in amplitude and 0.2 ms ≈ 1.3° in phase)."""
@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hbtest.config import load_sweep
-from hbtest.frf import sync_metrics
-from hbtest.sweep import run
-from hbtest.sync import (
+from hbtest.analysis.frf import sync_metrics
+from hbtest.sweep.runner import run
+from hbtest.method.ps_ns_sync import (
     SYNC_PHASE_TOLERANCE_DEG,
     SYNC_RATIO_TOLERANCE,
     VARIABLES,
@@ -42,7 +42,7 @@ def test_ratio_and_phase_of_a_known_gain_and_rotation(gain, phase, re, im):
     r, p = sync_ratio_phase(ps, ns)
     assert r == pytest.approx(gain, rel=1e-12)
     assert p == pytest.approx(phase, abs=1e-9)
-    # the paper's delay and amplification (hbtest.frf.sync_metrics) are the same numbers
+    # the paper's delay and amplification (hbtest.analysis.frf.sync_metrics) are the same numbers
     d, a = sync_metrics(ps, ns, 18.0, 1)
     assert a == pytest.approx(gain - 1, abs=1e-12)
     assert d == pytest.approx(-np.radians(phase) / (2 * np.pi * 18.0), abs=1e-12)

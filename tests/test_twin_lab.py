@@ -27,7 +27,7 @@ from hbtest.rig.virtual.noisefit import (
     lines_to_front_back,
     transducer_forces,
 )
-from hbtest.sensors import forces_finite_difference
+from hbtest.method.sensors import forces_finite_difference
 
 ROOT = Path(__file__).resolve().parents[1]
 FIT = json.loads((ROOT / "tests" / "data" / "lab_noise_fit.json").read_text())

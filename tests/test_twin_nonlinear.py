@@ -12,13 +12,14 @@ import pytest
 import scipy.linalg
 from scipy.integrate import solve_ivp
 
-from hbtest import frf, harmonics
+from hbtest.analysis import frf
+from hbtest.method import harmonics
 from hbtest.config import load_rig, load_sweep
 from hbtest.errors import ConfigError
 from hbtest.numerical import CubicSpring, aft_grid, create_element, harmonic_force, packed_force
 from hbtest.rig.virtual import SweepReference, VirtualRig, joined_force_vector, sweep_reference
 from hbtest.rig.virtual.reference import steady_state
-from hbtest.sweep import run
+from hbtest.sweep.runner import run
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTACT_RIG = ROOT / "instruments" / "virtual-cantilever-contact.toml"

@@ -48,7 +48,7 @@ def test_stated_uncertainty_is_calibrated_on_the_reference_twin():
 def test_correlated_gauge_and_laser_variances_are_the_linear_maps():
     """(T, M) and (u, theta) variances of two correlated sensors equal ``J S J^T`` of the
     reduction's own linear map (applied to unit inputs), for several correlations."""
-    from hbtest.sensors import (
+    from hbtest.method.sensors import (
         SensorLayout,
         _force_variance,
         _motion_variance,

@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 import scipy.signal
 
-from hbtest import harmonics
+from hbtest.method import harmonics
 from hbtest.config import load_rig, load_sweep
 from hbtest.errors import ConfigError, InstrumentError, LimitExceeded, UserError
 from hbtest.rig import Rig, open_rig
 from hbtest.rig.virtual import VirtualRig, VirtualSpec
-from hbtest.sensors import measure_interface
-from hbtest.substructure import join
+from hbtest.method.sensors import measure_interface
+from hbtest.method.substructure import join
 
 ROOT = Path(__file__).resolve().parents[1]
 RIG = ROOT / "instruments" / "virtual-cantilever.toml"

@@ -11,7 +11,7 @@ bounded scalar refinement). Standard uncertainty: the Gauss–Newton covariance
 ``channels`` — :func:`calibrate_channels`: gain and lag of every channel relative to a
 reference channel (the first laser), from the physical substructure's own model (the rig
 file's ``[physical]`` Euler–Bernoulli beam, clamped to the rigid clamp at x = 0, free tip,
-damping ``EI (1 + zeta_K s)``, ``rhoA (s^2 + zeta_M s)`` as in :mod:`hbtest.sensors`): at each
+damping ``EI (1 + zeta_K s)``, ``rhoA (s^2 + zeta_M s)`` as in :mod:`hbtest.method.sensors`): at each
 frequency the rig is driven by each actuator alone (two or more independent clamp motions),
 and every channel's nominal, lag-corrected coefficient ``m_j`` must satisfy
 ``beta_j m_j = P_j (u, theta)`` with ``P_j = [1, p_j]`` for a laser at lever ``p_j`` and
@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.optimize
 
-from .. import harmonics
 from ..errors import UserError
+from ..method import harmonics
 
 __all__ = [
     "ProcedureResult",
@@ -170,10 +170,10 @@ def calibrate_mains(rig, layout=None, settings: MainsSettings = MainsSettings(),
 
 def beam_strain_per_motion(physical, positions, frequency_hz: float) -> np.ndarray:
     """Surface strain ``-(h/2) w''(d)`` (n_positions, 2) of the PS beam ``physical``
-    (:class:`~hbtest.schema.BeamSpec`: clamped at x = 0 to the interface motion, free tip at
+    (:class:`~hbtest.config.section.BeamSpec`: clamped at x = 0 to the interface motion, free tip at
     ``length``) per unit interface displacement u [m] (column 0) and rotation theta [rad]
     (column 1), at ``frequency_hz`` > 0: the continuous Euler–Bernoulli solution with the
-    damping of :mod:`hbtest.sensors`."""
+    damping of :mod:`hbtest.method.sensors`."""
     s = 2j * np.pi * frequency_hz
     Ec = physical.EI * (1.0 + physical.zeta_stiffness * s)
     b = (-physical.rhoA * (s * s + physical.zeta_mass * s) / Ec) ** 0.25
@@ -261,7 +261,7 @@ def _probed_level(rig, desc, layout, settings: ChannelSettings, f: float, a: int
 
 def calibrate_channels(rig, physical, layout=None, settings: ChannelSettings = ChannelSettings()) -> ProcedureResult:
     """Gain and lag of every channel relative to the first laser (see module docstring).
-    ``physical``: the PS beam (:class:`~hbtest.schema.BeamSpec`, the rig file's
+    ``physical``: the PS beam (:class:`~hbtest.config.section.BeamSpec`, the rig file's
     ``[physical]``); ``layout``: the layout to calibrate (default ``rig.describe().sensors``;
     its ``mains_frequencies`` are rejected from every fit, so calibrate the mains first)."""
     if physical is None:

@@ -128,7 +128,7 @@ def save_calibration(record: CalibrationRecord, path) -> Path:
 
 
 def apply_calibration(layout, record: CalibrationRecord):
-    """The :class:`~hbtest.sensors.SensorLayout` with the record's values in place of the
+    """The :class:`~hbtest.method.sensors.SensorLayout` with the record's values in place of the
     nominal ones (``layout.calibration`` = the record's identification). A channel the layout
     does not have is a :class:`UserError`."""
     vals = record.values

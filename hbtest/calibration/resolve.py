@@ -13,14 +13,14 @@ Method (per point, at its fixed frequency ``f``):
    trials) left its voltage coefficients ``V_e`` and the raw channel coefficients
    ``c_e`` [V] with their variances of the mean (store variables ``history_voltage``,
    ``history_channel_coefficients``, ``history_channel_variance``). Each ``c_e`` is reduced
-   with the NEW calibration to ``Y_e = [U_P; F_P]`` (:func:`hbtest.sensors.measure_interface_from_coefficients`).
+   with the NEW calibration to ``Y_e = [U_P; F_P]`` (:func:`hbtest.method.sensors.measure_interface_from_coefficients`).
 2. Candidate models of the physical side at a fixed frequency, each then solved for ``V*``
    where the sweep's hybrid residual vanishes (its residual form; the numerical side rebuilt
    from the store's verbatim sweep text; Newton iterations, one step for a linear numerical
    side); the point's FRF is the model's ``U_P(V*)``:
 
    - ``"affine_fit"``: ``Y(V) = a + B (V - V_ref)`` in the real packed coordinates
-     (:func:`hbtest.harmonics.pack`; ``V_ref`` the final voltage), exact for a linear rig and
+     (:func:`hbtest.method.harmonics.pack`; ``V_ref`` the final voltage), exact for a linear rig and
      first order for a nonlinear one, by weighted least squares (each output weighted by the
      inverse variance of that coefficient at each evaluation; real and imaginary parts take
      half a complex variance each). Needs ``n_v + 1`` evaluations whose centred voltages span
@@ -58,7 +58,7 @@ of the measured voltages (the rms distance of the evaluations from their mean); 
 was fitted in: exact for a linear rig, suspect for a nonlinear one).
 
 Uncertainty: the stored interface variances are the chosen model's prediction variances at
-``V*`` (from the weighted fit's parameter covariance; plus the model term above), so :func:`hbtest.frf.frf_uncertainty`
+``V*`` (from the weighted fit's parameter covariance; plus the model term above), so :func:`hbtest.analysis.frf.frf_uncertainty`
 propagates them as for a measured point.
 
 Units: V [V], interface displacement (u, theta) [m, rad], forces (T, M) [N, N m].
@@ -71,7 +71,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .. import harmonics
+from ..method import harmonics
 
 __all__ = [
     "RESOLVE_METHODS",
@@ -159,7 +159,7 @@ def history_channels(history, n_channels: int | None, n_orders: int):
 def reduce_evaluations(coefficients, variance, channel_names, layout, frequency_hz: float, orders, method: str):
     """Reduce raw channel coefficients (n_eval, n_channels, n_orders) [V] with ``layout``:
     ``(U, F, var_U, var_F)``, each (n_eval, 2, n_orders)."""
-    from ..sensors import measure_interface_from_coefficients
+    from ..method.sensors import measure_interface_from_coefficients
 
     orders = np.asarray(orders, dtype=int)
     out = []

@@ -1,7 +1,7 @@
 """First-order effect of calibration uncertainties on the measured interface quantities (used by
-:func:`hbtest.frf.frf_uncertainty`).
+:func:`hbtest.analysis.frf.frf_uncertainty`).
 
-The reduction (:mod:`hbtest.sensors`) corrects channel j's raw coefficient at harmonic k of
+The reduction (:mod:`hbtest.method.sensors`) corrects channel j's raw coefficient at harmonic k of
 ``f`` as ``c_j = raw_j scale_j / (h_j(kf) exp(-i 2 pi k f skew_j))`` and maps the corrected
 coefficients linearly to ``(u, theta, T, M)`` (every force reconstruction is linear in the
 gauge strains and the interface motion at a given frequency): ``[U; F] = L c``. A relative
@@ -9,7 +9,7 @@ scale error ``ds_j / s_j`` and a skew error ``dtau_j`` [s] change ``c_j`` by
 ``c_j (ds_j / s_j + i 2 pi k f dtau_j)``, hence ``d[U; F] = L[:, j] c_j (...)``.
 
 ``L`` is evaluated through the public reduction
-(:func:`hbtest.sensors.measure_interface_from_coefficients`) on unit channel coefficients.
+(:func:`hbtest.method.sensors.measure_interface_from_coefficients`) on unit channel coefficients.
 The channel coefficients ``c`` are those consistent with the stored interface state: lasers
 ``c_j = u + p_j theta`` (exact), gauges the (least-squares, exact for two gauges) solution of
 the force rows of ``[U; F] = L c`` given the lasers.
@@ -38,7 +38,7 @@ __all__ = ["reduction_matrix", "channel_coefficients", "calibration_perturbation
 def reduction_matrix(layout, frequency_hz: float, harmonic: int, method: str) -> np.ndarray:
     """``L`` (4, n_channels), complex: ``(u, theta, T, M)`` at harmonic ``harmonic`` per unit
     corrected (scaled, lag- and skew-free) coefficient of each channel (layout order)."""
-    from ..sensors import measure_interface_from_coefficients
+    from ..method.sensors import measure_interface_from_coefficients
 
     names = layout.channel_names
     k = int(harmonic)

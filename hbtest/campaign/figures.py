@@ -2,12 +2,12 @@
 result. Units: relative errors and fractions [1], rig time in forcing periods, delays [ms],
 frequencies [Hz].
 
-- ``sweep`` (a :func:`hbtest.sweep.run` of the base sweep on its virtual twin): FRF errors
-  against the twin's exact reference (:func:`hbtest.frf.relative_error`, both interface
+- ``sweep`` (a :func:`hbtest.sweep.runner.run` of the base sweep on its virtual twin): FRF errors
+  against the twin's exact reference (:func:`hbtest.analysis.frf.relative_error`, both interface
   DOFs, over the finished points), converged fraction, rig periods, mean iterations, and the
-  relative shift of the fitted resonance (:func:`hbtest.frf.compare_resonance`; NaN when the
+  relative shift of the fitted resonance (:func:`hbtest.analysis.frf.compare_resonance`; NaN when the
   band holds no fittable peak).
-- ``classical`` (:func:`hbtest.classical.compare_sweep` at the case's actuator delay): the
+- ``classical`` (:func:`hbtest.realtime.classical.compare_sweep` at the case's actuator delay): the
   largest FRF errors of the classical and the iterative test, the classical test's unstable
   fraction, the iterative converged fraction and the predicted critical delay.
 - ``stability`` (the beam of the sweep split at its interface, as ``hbtest stability
@@ -51,7 +51,7 @@ def _num(x) -> float:
 
 
 def sweep_figures(ds) -> dict:
-    from ..frf import compare_resonance, relative_error
+    from ..analysis.frf import compare_resonance, relative_error
 
     done = np.asarray(ds["done"].values, dtype=bool)
     conv = np.asarray(ds["converged"].values, dtype=bool) & done
@@ -94,9 +94,9 @@ def classical_figures(result) -> dict:
 
 def stability_figures(cfg, analysis: dict) -> dict:
     """Critical delay of the sweep ``cfg``'s beam split at its interface (ValueError for a
-    mesh over :data:`hbtest.stability.MAX_BEAM_ELEMENTS`)."""
+    mesh over :data:`hbtest.realtime.stability.MAX_BEAM_ELEMENTS`)."""
     from ..design import physical_beam_for_design
-    from ..stability import BEAM_SECTION_KEYS, beam_hybrid
+    from ..realtime.stability import BEAM_SECTION_KEYS, beam_hybrid
 
     nb = cfg.numerical.beam
     pb, _ = physical_beam_for_design(cfg)

@@ -6,7 +6,7 @@ a task is never retried by the scheduler for it. It returns a plain dict (pickla
 case's index, ``status`` (``done`` / ``failed``), ``error``, the figures, ``wall_seconds``,
 ``worker`` (host:pid) and ``finished_utc``.
 
-Each sweep case writes its own run store (:func:`hbtest.sweep.run` takes that store's lock):
+Each sweep case writes its own run store (:func:`hbtest.sweep.runner.run` takes that store's lock):
 ``case.run_store`` when the campaign keeps them (``keep_runs``), else a temporary store in a
 fresh temporary folder, removed when the case ends.
 """
@@ -53,7 +53,7 @@ def _execute(case, store_path: Path) -> dict:
     cfg = _load(case)
     if case.kind == "sweep":
         from ..config import load_rig
-        from ..sweep import run
+        from ..sweep.runner import run
 
         load_rig(cfg.rig_path, cfg.rig_overrides)  # a bad rig override fails here, before anything runs
         ds = run(cfg, store_path, overwrite=True, seed=case.rig_seed, plot=False, overrides=case.sweep_overrides)
@@ -62,7 +62,7 @@ def _execute(case, store_path: Path) -> dict:
 
         return sweep_figures(ds)
     if case.kind == "classical":
-        from ..classical import compare_sweep
+        from ..realtime.classical import compare_sweep
         from .figures import classical_figures
 
         a = case.analysis

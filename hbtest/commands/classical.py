@@ -1,5 +1,5 @@
 """``hbtest classical {sdof,chain}``: a time-domain classical real-time hybrid test with a
-delay compensator (docs/method.md §4). The work is done by :func:`hbtest.classical.run_loop`; this
+delay compensator (docs/method.md §4). The work is done by :func:`hbtest.realtime.classical.run_loop`; this
 module parses, checks flags and prints (and holds the flag checks ``hbtest compare`` shares).
 
 ``classical sdof``: the single oscillator split at its spring (``m z'' + c z' + k z +
@@ -14,7 +14,7 @@ stability prediction (rightmost root of the compensated delay equation).
 
 The output path is checked before anything runs; sizes are
 bounded (``--delay`` at most :data:`MAX_DELAY_S` and shorter than ``--duration``; at most
-:data:`hbtest.classical.MAX_STEPS` steps per run). ``--json`` prints one JSON object on stdout
+:data:`hbtest.realtime.classical.MAX_STEPS` steps per run). ``--json`` prints one JSON object on stdout
 (progress goes to stderr).
 """
 
@@ -39,7 +39,7 @@ MIN_RUN_STEPS = 20
 
 
 class _RegistryNames:
-    """The names of a library registry (``hbtest.classical.TRANSFERS`` / ``COMPENSATORS``)
+    """The names of a library registry (``hbtest.realtime.classical.TRANSFERS`` / ``COMPENSATORS``)
     as argparse ``choices``, looked up only when a choice is checked or help is shown (the
     parser of every ``hbtest`` command is built without importing the library)."""
 
@@ -47,7 +47,7 @@ class _RegistryNames:
         self.registry = registry
 
     def _names(self) -> tuple:
-        from .. import classical as cl
+        from ..realtime import classical as cl
 
         return tuple(getattr(cl, self.registry))
 
@@ -80,7 +80,7 @@ def register(sub) -> None:
 
 
 def timing_help(dt_default: float) -> dict:
-    from ..classical.limits import MAX_STEPS
+    from ..realtime.classical.limits import MAX_STEPS
 
     return dict(
         delay=f"actuator delay [s]: at least --dt, at most {MAX_DELAY_S:g} s and at most --duration",
@@ -95,7 +95,7 @@ def _missing(p) -> int:
 
 
 def _loop_arguments(q) -> None:
-    from ..classical.limits import MAX_PREDICTOR_ORDER, MAX_PREDICTOR_SAMPLES
+    from ..realtime.classical.limits import MAX_PREDICTOR_ORDER, MAX_PREDICTOR_SAMPLES
 
     h = timing_help(2e-4)
     q.add_argument("--delay", type=float, required=True, metavar="T", help=h["delay"])
@@ -141,7 +141,7 @@ def finite_flag(name: str, v: float, positive=False, nonnegative=False) -> float
 
 
 def check_timing(args) -> None:
-    from .. import classical as cl
+    from ..realtime import classical as cl
 
     dt = finite_flag("dt", args.dt, positive=True)
     if dt > MAX_DT_S:
@@ -164,14 +164,14 @@ def check_timing(args) -> None:
 
 
 def check_plot(args) -> None:
-    from .. import classical as cl
+    from ..realtime import classical as cl
 
     if args.plot is not None:
         cl.check_file_target(args.plot, "--plot")
 
 
 def _transfer(args):
-    from .. import classical as cl
+    from ..realtime import classical as cl
 
     if args.transfer == "lag1":
         finite_flag("lag-time-constant", args.lag_time_constant, positive=True)
@@ -186,7 +186,7 @@ def _transfer(args):
 
 def _compensator(args, transfer):
     """The compensator and a dict describing it."""
-    from .. import classical as cl
+    from ..realtime import classical as cl
 
     N, n = args.predictor_order, args.predictor_samples
     if args.compensator in ("poly", "afp", "inverse"):
@@ -225,7 +225,7 @@ def save_figure(fig, path) -> None:
 
 
 def run_sdof(args) -> int:
-    from .. import classical as cl
+    from ..realtime import classical as cl
 
     for name in ("m", "k"):
         finite_flag(name, getattr(args, name), positive=True)
@@ -238,8 +238,8 @@ def run_sdof(args) -> int:
 
 
 def run_chain(args) -> int:
-    from .. import classical as cl
     from ..config import load_chain
+    from ..realtime import classical as cl
 
     check_plot(args)
     chain = load_chain(args.file).chain_kwargs()
@@ -256,7 +256,7 @@ def run_chain(args) -> int:
 
 
 def _run_loop(args, system, header: dict) -> int:
-    from .. import classical as cl
+    from ..realtime import classical as cl
 
     check_timing(args)
     fx = finite_flag("excitation-hz", args.excitation_hz, nonnegative=True)

@@ -1,12 +1,12 @@
 """``hbtest compare SWEEPFILE --delay T``: the classical real-time hybrid test against the
 iterative Fourier-domain test at every frequency of a sweep (docs/method.md §4). The work is done by
-:func:`hbtest.classical.compare_sweep`; this module parses, checks flags and prints.
+:func:`hbtest.realtime.classical.compare_sweep`; this module parses, checks flags and prints.
 
 Before anything runs: every output path is checked (``--store``: refused if it exists unless
 ``--overwrite``, and only an hbtest run store or an empty directory is replaced; ``--plot``:
 an existing, writable directory), and the sizes are bounded (``--delay`` at most
 :data:`hbtest.commands.classical.MAX_DELAY_S` and at most ``--duration``; at most
-:data:`hbtest.classical.limits.MAX_STEPS` steps per frequency). A mistake is one line naming
+:data:`hbtest.realtime.classical.limits.MAX_STEPS` steps per frequency). A mistake is one line naming
 the flag, exit code 2.
 
 ``--plot FILE.png``: FRF magnitude of the emulated structure, iterative points, classical
@@ -44,7 +44,7 @@ def register(sub) -> None:
 
 
 def _progress(event) -> None:
-    from .. import classical as cl
+    from ..realtime import classical as cl
 
     if isinstance(event, cl.ClassicalPointDone):
         c = event.point
@@ -63,8 +63,8 @@ def _progress(event) -> None:
 
 
 def run(args) -> int:
-    from .. import classical as cl
     from ..config import load_sweep
+    from ..realtime import classical as cl
 
     if args.store is not None:
         cl.check_store_target(args.store, args.overwrite, "--store")

@@ -14,8 +14,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from ..analysis.export import check_intact, to_netcdf, to_uff
     from ..errors import UserError
-    from ..export import check_intact, to_netcdf, to_uff
     from ..store import RunStore
 
     if args.netcdf is None and args.uff is None:

@@ -1,13 +1,13 @@
 """``hbtest modal STORE [--json] [--dof u|theta] [--samples N] [--seed S] [--no-write]``:
 natural frequency, damping ratio and modal constant of the swept mode(s) from the hybrid FRF,
-with confidence intervals (:mod:`hbtest.modal`); written to the store attribute
+with confidence intervals (:mod:`hbtest.analysis.modal`); written to the store attribute
 ``modal_fit`` (under the store lock) and reported on stdout."""
 
 from __future__ import annotations
 
 
 def register(sub) -> None:
-    from ..modal import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED
+    from ..analysis.modal import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED
 
     p = sub.add_parser("modal", help="fit natural frequency, damping ratio and modal constant of the swept mode(s), with confidence intervals")
     p.add_argument("store", metavar="STORE", help="run store (.zarr directory)")
@@ -23,8 +23,8 @@ def register(sub) -> None:
 def run(args) -> int:
     import json
 
+    from ..analysis.modal import CONFIDENCE, fit_modes, modal_fit_attribute, write_modal_fit
     from ..errors import UserError
-    from ..modal import CONFIDENCE, fit_modes, modal_fit_attribute, write_modal_fit
     from ..store import open_run
 
     if args.samples < 20:

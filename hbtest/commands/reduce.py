@@ -1,5 +1,5 @@
 """``hbtest reduce STORE --calibration FILE --store OUT [--force-reconstruction M]
-[--overwrite]``: recompute a run with another calibration (:mod:`hbtest.calibration.reduce`)
+[--overwrite]``: recompute a run with another calibration (:mod:`hbtest.analysis.reduce`)
 into a new store that records both calibrations. A store that keeps every evaluation's channel
 coefficients (sweeps of this hbtest) is re-solved: the hybrid solution a re-run with the new
 calibration converges to (:mod:`hbtest.calibration.resolve`); prints per point the method, the
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from ..sensors import FORCE_METHODS
+    from ..method.sensors import FORCE_METHODS
 
     p = sub.add_parser("reduce", help="recompute a run's results with another calibration, without the rig")
     p.add_argument("store", metavar="STORE", help="run store (.zarr) of an hbtest sweep")
@@ -26,8 +26,8 @@ def register(sub) -> None:
 def run(args) -> int:
     import math
 
+    from ..analysis.reduce import reduce_store
     from ..calibration import load_calibration
-    from ..calibration.reduce import reduce_store
     from ..calibration.resolve import EXTRAPOLATION_WARNING
 
     rec = load_calibration(args.calibration)

@@ -1,7 +1,7 @@
 """``hbtest report STORE [--json]``: a text summary of a run store — points, convergence, the
-sync metrics per interface variable and harmonic (:func:`hbtest.sync.sync_summary`: PS vs NS
+sync metrics per interface variable and harmonic (:func:`hbtest.method.ps_ns_sync.sync_summary`: PS vs NS
 amplitude ratio and phase, as in the published paper's table) and, for a stepped-force
-family, the backbone (:func:`hbtest.family.backbone`). ``--json`` prints one JSON object."""
+family, the backbone (:func:`hbtest.sweep.stepped.backbone`). ``--json`` prints one JSON object."""
 
 from __future__ import annotations
 
@@ -30,10 +30,10 @@ def report(store) -> dict:
     """The report of a run store as a JSON-able dict."""
     import numpy as np
 
-    from ..export import check_intact
-    from ..family import backbone, has_levels
+    from ..analysis.export import check_intact
+    from ..method.ps_ns_sync import sync_summary
     from ..store import open_run
-    from ..sync import sync_summary
+    from ..sweep.stepped import backbone, has_levels
 
     check_intact(store)  # UserError for a missing, foreign or damaged store
     ds = open_run(store)
@@ -50,7 +50,7 @@ def report(store) -> dict:
 
 
 def format_report(rep: dict) -> str:
-    from ..sync import format_sync_summary
+    from ..method.ps_ns_sync import format_sync_summary
 
     lines = [f"{rep['store']}: {rep['status']}, {rep['done']}/{rep['points']} points done, {rep['converged']} converged, harmonics {rep['harmonics']}"]
     if rep.get("harmonic_active_points"):

@@ -13,7 +13,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..sweep import exit_code, resume
+    from ..sweep.runner import exit_code, resume
     from .render import printer
 
     ds = resume(args.store, progress=None if args.quiet else printer(), seed=args.seed, plot=False if args.no_plot else None)

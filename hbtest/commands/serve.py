@@ -6,15 +6,15 @@ free port; scripts read the port from that line). Ctrl+C or SIGTERM: outputs ram
 sockets close, exit 0.
 
 ``--protocol helic`` serves the twin as a HELIC-DAQ protocol v3 device instead (docs/helic.md):
-control on TCP PORT (default 2350), the stream from UDP PORT+1 (hbtest.rig.helic.server).
+control on TCP PORT (default 2350), the stream from UDP PORT+1 (hbtest.serve.helic).
 
 ``--protocol scpi`` serves the twin behind a simulated Keysight 33500B generator on PORT
 (default 5025) and an InfiniiVision scope on ``--scope-port`` (default PORT+1; with PORT 0 a
-free port too): hbtest.rig.scpi.sim, written from the instruments' manuals. Its first line is
+free port too): hbtest.serve.scpi, written from the instruments' manuals. Its first line is
 ``generator listening on HOST:P, scope listening on HOST:Q``.
 
 ``--protocol redpitaya`` serves the twin behind two simulated Red Pitaya STEMlab 125-14 boards
-(hbtest.rig.scpi.sim.redpitaya, written from the Red Pitaya SCPI documentation) on PORT
+(hbtest.serve.scpi.redpitaya, written from the Red Pitaya SCPI documentation) on PORT
 (default 5000) and ``--scope-port`` (default PORT+1; a free port when PORT is 0), the twin sampled at 125 MHz / 16384
 (``rig.sample_rate_hz`` set so). Its first line is ``board 1 listening on HOST:P, board 2
 listening on HOST:Q``."""
@@ -52,7 +52,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..config import load_rig
     from ..errors import ConfigError, UserError
-    from ..rig.box.server import DEFAULT_IDLE_S, DEFAULT_WATCHDOG_S, BoxServer
+    from ..serve.box import DEFAULT_IDLE_S, DEFAULT_WATCHDOG_S, BoxServer
 
     cfg = load_rig(args.rig, args.overrides)
     if cfg.kind != "virtual":
@@ -112,7 +112,7 @@ def run(args) -> int:
 
 def _serve_helic(args, cfg, stop) -> int:
     from ..errors import UserError
-    from ..rig.helic.server import HelicServer
+    from ..serve.helic import HelicServer
 
     def say(kind, message) -> None:
         print(f"hbtest serve: {message}", flush=True)
@@ -134,7 +134,7 @@ def _serve_helic(args, cfg, stop) -> int:
 
 def _serve_scpi(args, cfg, stop) -> int:
     from ..errors import UserError
-    from ..rig.scpi.sim import open_bench
+    from ..serve.scpi import open_bench
 
     scope_port = args.scope_port if args.scope_port is not None else (args.port + 1 if args.port else 0)
     try:
@@ -153,7 +153,7 @@ def _serve_scpi(args, cfg, stop) -> int:
 def _serve_redpitaya(args, cfg, stop) -> int:
     from ..config import load_rig
     from ..errors import UserError
-    from ..rig.scpi.sim.redpitaya import BASE_HZ, open_boards
+    from ..serve.scpi.redpitaya import BASE_HZ, open_boards
 
     rate = BASE_HZ / 16384  # the boards' decimation in instruments/redpitaya-loopback.toml
     cfg = load_rig(args.rig, [*args.overrides, f"rig.sample_rate_hz={rate!r}"])  # the twin at the boards' rate

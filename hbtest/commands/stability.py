@@ -15,10 +15,10 @@ delay (or, with ``--alpha-grid``, the stability map over (delay, alpha)).
 Sizes are bounded so that a run stays within seconds and bounded memory; beyond a bound the
 command refuses with one line naming the flag (exit 2): cut-off <= ``MAX_CUTOFF_HZ``; every
 searched delay (``--tau-max``, the predictor's oldest sample) times the cut-off <=
-``MAX_SEARCH_CYCLES`` periods; beam meshes <= :data:`hbtest.stability.MAX_BEAM_ELEMENTS`;
+``MAX_SEARCH_CYCLES`` periods; beam meshes <= :data:`hbtest.realtime.stability.MAX_BEAM_ELEMENTS`;
 ``--alpha-grid`` <= ``MAX_ALPHA_POINTS`` positions; predictor order, samples and horizon
-within :data:`hbtest.stability.MAX_PREDICTOR_ORDER`, ``MAX_PREDICTOR_SAMPLES`` and
-:func:`hbtest.stability.max_predictor_horizon`.
+within :data:`hbtest.realtime.stability.MAX_PREDICTOR_ORDER`, ``MAX_PREDICTOR_SAMPLES`` and
+:func:`hbtest.realtime.stability.max_predictor_horizon`.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def register(sub) -> None:
     g.add_argument("--alpha-grid", default=None, metavar="A:B:N", help=f"N interface positions from A to B (N at most {MAX_ALPHA_POINTS})")
     q.add_argument("--elements-per-metre", type=float, default=None, metavar="E",
                    help="beam mesh density [1/m] (default from the file's [numerical] elements, at least 40); "
-                        "the whole beam at most 400 elements (hbtest.stability.MAX_BEAM_ELEMENTS)")
+                        "the whole beam at most 400 elements (hbtest.realtime.stability.MAX_BEAM_ELEMENTS)")
     common(q)
     q.set_defaults(func=run_beam)
     p.set_defaults(func=lambda args: _missing_system(p))
@@ -168,7 +168,7 @@ def _save_plot(path: str, draw) -> None:
 
 
 def _plot_locus(system, tau_c: float, tau_max: float, cutoff_hz: float, path: str, title: str) -> None:
-    from ..stability import plot_root_locus
+    from ..realtime.stability import plot_root_locus
 
     top = 2.0 * tau_c if math.isfinite(tau_c) and tau_c > 0 else min(tau_max, 0.01)
     _save_plot(path, lambda ax: plot_root_locus(ax, system, np.linspace(0.0, top, LOCUS_DELAYS), cutoff_hz, title))
@@ -179,7 +179,7 @@ def _plot_locus(system, tau_c: float, tau_max: float, cutoff_hz: float, path: st
 
 
 def run_sdof(args) -> int:
-    from .. import stability as st
+    from ..realtime import stability as st
 
     _check_common(args)
     for name in ("m", "k"):
@@ -236,7 +236,7 @@ def run_sdof(args) -> int:
 
 def _check_predictor(args) -> None:
     """Refuse predictor settings beyond the bounds of the module docstring (one line each)."""
-    from .. import stability as st
+    from ..realtime import stability as st
 
     tau, N, n, dt, fc = args.delay, args.predictor_order, args.predictor_samples, args.sample_time, args.cutoff_hz
     if not (math.isfinite(tau) and tau >= 0):
@@ -272,7 +272,7 @@ def _check_predictor(args) -> None:
 
 
 def _run_predictor(args) -> int:
-    from .. import stability as st
+    from ..realtime import stability as st
 
     names = dict(delay="--delay", predictor_order="--predictor-order", predictor_samples="--predictor-samples", sample_time="--sample-time")
     missing = [opt for attr, opt in names.items() if getattr(args, attr) is None]
@@ -334,8 +334,8 @@ def _run_predictor(args) -> int:
 
 
 def run_chain(args) -> int:
-    from .. import stability as st
     from ..config import load_chain
+    from ..realtime import stability as st
 
     _check_common(args)
     cfg = load_chain(args.file, args.overrides)
@@ -385,10 +385,10 @@ def _alpha_grid(text: str) -> np.ndarray:
 
 def _beam_spec(args) -> dict:
     """The split beam of the sweep file, as keyword arguments of
-    :func:`hbtest.stability.beam_hybrid` plus ``total_length`` and ``interface_at`` [m]."""
+    :func:`hbtest.realtime.stability.beam_hybrid` plus ``total_length`` and ``interface_at`` [m]."""
     from ..config import load_sweep
     from ..design import physical_beam_for_design
-    from ..stability import BEAM_SECTION_KEYS
+    from ..realtime.stability import BEAM_SECTION_KEYS
 
     cfg = load_sweep(args.file, args.overrides)
     nb = cfg.numerical.beam
@@ -407,7 +407,7 @@ def _beam_spec(args) -> dict:
 
 
 def run_beam(args) -> int:
-    from .. import stability as st
+    from ..realtime import stability as st
 
     _check_common(args)
     spec = _beam_spec(args)

@@ -23,8 +23,8 @@ def add_run_options(p) -> None:
 
 def run(args) -> int:
     from ..config import load_sweep
-    from ..sweep import exit_code
-    from ..sweep import run as run_sweep
+    from ..sweep.runner import exit_code
+    from ..sweep.runner import run as run_sweep
     from .render import printer
 
     cfg = load_sweep(args.file, args.overrides)

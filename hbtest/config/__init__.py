@@ -14,11 +14,10 @@ Every problem is a :class:`~hbtest.errors.ConfigError` naming the file and the d
 ``--set dotted.key=value`` overrides (value parsed as a TOML value, bare words as strings)
 are applied to the parsed document before validation, so they are checked like the file.
 The shared schema pieces (:class:`Section`, :class:`SourceFile`, :class:`BeamSpec`,
-:func:`read_beam`, :class:`RigCommon`) live in the leaf module :mod:`hbtest.schema` and are
+:func:`read_beam`, :class:`RigCommon`) live in the leaf module :mod:`hbtest.config.section` and are
 re-exported here.
 """
 
-from ..schema import BeamSpec, RigCommon, Section, SourceFile, read_beam
 from .campaign import *  # noqa: F401,F403
 from .campaign import __all__ as _campaign_all
 from .chain import *  # noqa: F401,F403
@@ -26,6 +25,7 @@ from .chain import __all__ as _chain_all
 from .files import apply_overrides, load_toml, parse_override
 from .rig import *  # noqa: F401,F403
 from .rig import __all__ as _rig_all
+from .section import BeamSpec, RigCommon, Section, SourceFile, read_beam
 from .sweep import *  # noqa: F401,F403
 from .sweep import __all__ as _sweep_all
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
-from ..schema import Section, SourceFile
 from .files import load_toml, parse_override
+from .section import Section, SourceFile
 
 __all__ = ["CampaignParameter", "CampaignConfig", "load_campaign", "CAMPAIGN_KINDS", "CAMPAIGN_FIGURES", "CAMPAIGN_TARGETS", "MAX_CAMPAIGN_CASES"]
 

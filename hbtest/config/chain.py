@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..schema import Section, SourceFile
 from .files import load_toml
+from .section import Section, SourceFile
 
 __all__ = ["ChainConfig", "load_chain", "MAX_CHAIN_MASSES"]
 
@@ -39,7 +39,7 @@ class ChainConfig:
     tau_max_s: float = 1.0
 
     def chain_kwargs(self) -> dict:
-        """Keyword arguments of :func:`hbtest.stability.chain_hybrid`."""
+        """Keyword arguments of :func:`hbtest.realtime.stability.chain_hybrid`."""
         return dict(
             masses=list(self.masses), springs=list(self.springs), dampers=None if self.dampers is None else list(self.dampers),
             left_wall=self.left_wall, right_wall=self.right_wall, interface=list(self.interface),

@@ -1,5 +1,5 @@
 """The ``[sweep]`` keys of stepped-force families and automatic harmonics (read here, in the
-config layer; the behaviour is :mod:`hbtest.family`). Units: force amplitudes [N]."""
+config layer; the behaviour is :mod:`hbtest.sweep.stepped`). Units: force amplitudes [N]."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..schema import SourceFile
+from .section import SourceFile
 
 __all__ = ["load_toml", "parse_override", "apply_overrides"]
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..rig import registry
-from ..schema import BeamSpec, RigCommon, Section, SourceFile, read_beam
 from .files import load_toml
+from .section import BeamSpec, RigCommon, Section, SourceFile, read_beam
 
 __all__ = ["RigConfig", "load_rig", "read_sensors"]
 
@@ -20,7 +20,7 @@ __all__ = ["RigConfig", "load_rig", "read_sensors"]
 @dataclass(frozen=True, init=False)
 class RigConfig:
     """A parsed rig definition file. ``kind``: the :class:`~hbtest.rig.registry.RigKind` that
-    parsed it and opens the rig; ``sensors``: the :class:`~hbtest.sensors.SensorLayout`;
+    parsed it and opens the rig; ``sensors``: the :class:`~hbtest.method.sensors.SensorLayout`;
     ``spec``: the kind's parsed tables (e.g. :class:`hbtest.rig.virtual.VirtualSpec`);
     ``physical``: the PS beam as the rig file describes it (design), None when absent.
 
@@ -70,13 +70,13 @@ def read_sensors(sec: Section, calibrated: bool = True):
     ``calibration`` (optional): a calibration record (JSON, :mod:`hbtest.calibration`) whose
     values replace the nominal ones for the reduction (``calibrated=False``: the nominal layout,
     the rig file's own values, which a rig kind may need — the twin simulates them)."""
-    from ..sensors import SensorLayout
+    from ..method.sensors import SensorLayout
 
     seg = read_beam(sec.sub("segment"), length_required=False)
     legacy_pos = _legacy_positions(sec)
     cal = sec.number("gauge_calibration_nm_per_strain", 0.0, nonnegative=True)
     if cal == 0.0:
-        cal = 2 * seg.EI / seg.thickness  # c = 2 EI / h (see hbtest.sensors)
+        cal = 2 * seg.EI / seg.thickness  # c = 2 EI / h (see hbtest.method.sensors)
     channels: list = []
     for ch in sec.subs("channels"):
         channels.append(_read_channel(ch, legacy_pos, {c.name for c in channels}))
@@ -118,7 +118,7 @@ def _legacy_positions(sec: Section) -> dict[str, float] | None:
 
 def _read_channel(ch: Section, legacy_pos: dict[str, float] | None, names: set):
     """One ``[[sensors.channels]]`` entry (``names``: those read before it)."""
-    from ..sensors import CHANNEL_KINDS, CHANNEL_NAME, LEGACY_CHANNELS, ChannelSpec
+    from ..method.sensors import CHANNEL_KINDS, CHANNEL_NAME, LEGACY_CHANNELS, ChannelSpec
 
     if legacy_pos is not None:
         name = ch.string("name", choices=LEGACY_CHANNELS)
@@ -157,7 +157,7 @@ def _read_channel(ch: Section, legacy_pos: dict[str, float] | None, names: set):
 
 def _checked_channels(sec: Section, channels: list, legacy: bool) -> list:
     """The channels in their order (the published layout's canonical one), checked complete."""
-    from ..sensors import LEGACY_CHANNELS
+    from ..method.sensors import LEGACY_CHANNELS
 
     if legacy:
         missing = set(LEGACY_CHANNELS) - {c.name for c in channels}

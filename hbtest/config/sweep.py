@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 
 from ..numerical.table import CONTACT_SIDES, NONLINEAR_DOFS, NonlinearElementSpec, read_element_tables
-from ..schema import BeamSpec, Section, SourceFile, read_beam
 from .family import AUTO_THRESHOLD, MAX_AUTO_HARMONIC
 from .files import load_toml
+from .section import BeamSpec, Section, SourceFile, read_beam
 
 __all__ = ["NumericalSpec", "NonlinearElementSpec", "read_nonlinear", "ExcitationSpec", "SweepSpec",
            "TargetSpec", "STRATEGIES", "TestSpec", "SolverSpec",
@@ -33,7 +33,7 @@ class NumericalSpec:
 
     def substructure(self):
         """The linear substructure (the linear part when there are nonlinear elements)."""
-        from ..substructure import Substructure
+        from ..method.substructure import Substructure
 
         extra = tuple(sorted({x for e in self.nonlinear for x in e.positions}))
         b = self.beam.build(left=self.root, right="free", extra_nodes=extra) if extra else self.beam.build(left=self.root, right="free")
@@ -73,13 +73,13 @@ class ExcitationSpec:
         return F
 
 
-#: ``sweep.strategy`` values (:mod:`hbtest.strategy`): the grid, or an adaptive design
+#: ``sweep.strategy`` values (:mod:`hbtest.sweep.strategy`): the grid, or an adaptive design
 STRATEGIES = ("grid", "modal", "curve")
 
 
 @dataclass(frozen=True)
 class TargetSpec:
-    """``[sweep.target]``: what an adaptive ``sweep.strategy`` (:mod:`hbtest.strategy`) must
+    """``[sweep.target]``: what an adaptive ``sweep.strategy`` (:mod:`hbtest.sweep.strategy`) must
     reach. Relative half-widths of the ``confidence`` intervals of the target mode's natural
     frequency, damping ratio and modal constant (0: not asked; ``modal``), the largest relative
     half-width of the FRF curve's interval over the band (``curve``), the rig-time budget
@@ -105,10 +105,10 @@ class SweepSpec:
     harmonics: tuple[int, ...]
     on_trip: str = "stop"  # a trip of the rig's safety layer: stop the sweep, or go on
     on_overrange: str = "continue"  # a clipped sensor channel: go on to the next point, or stop
-    # stepped-force family (hbtest.family): external force amplitudes [N], one leg each; () = one
+    # stepped-force family (hbtest.sweep.stepped): external force amplitudes [N], one leg each; () = one
     # leg at excitation.amplitude_n
     force_levels: tuple[float, ...] = ()
-    # harmonics = "auto" (hbtest.family): ``harmonics`` then holds the candidates 1..max_harmonic
+    # harmonics = "auto" (hbtest.sweep.stepped): ``harmonics`` then holds the candidates 1..max_harmonic
     # (and ``forced``), the test starts with [1] + forced and activates a candidate whose
     # excluded power fraction exceeds auto_threshold
     auto_harmonics: bool = False
@@ -118,15 +118,15 @@ class SweepSpec:
     # a forcing harmonic on a mains multiple: move the point off it (recorded), or keep it
     # where asked (hbtest.design.mains)
     mains_coincidence: str = "move"
-    # how the response curve is traced (hbtest.continuation.CONTINUATIONS): the frequency grid
+    # how the response curve is traced (hbtest.sweep.arclength.CONTINUATIONS): the frequency grid
     # point after point, or pseudo-arclength through folds with these step limits (scaled
-    # arclength, hbtest.continuation.ArclengthSettings) into at most max_points store slots
+    # arclength, hbtest.sweep.arclength.ArclengthSettings) into at most max_points store slots
     continuation: str = "stepped"
     max_points: int = 400
     arclength_step: float = 0.01
     arclength_min_step: float = 1e-4
     arclength_max_step: float = 0.05
-    # which frequencies are measured (hbtest.strategy): the grid, or adaptively to a target
+    # which frequencies are measured (hbtest.sweep.strategy): the grid, or adaptively to a target
     strategy: str = "grid"
     target: TargetSpec = TargetSpec()
 
@@ -150,7 +150,7 @@ class SweepSpec:
 @dataclass(frozen=True)
 class TestSpec:
     """Tolerances of the test (SI: metres). ``residual``: ``displacement`` or ``force`` form;
-    ``force_reconstruction``: see :data:`hbtest.sensors.FORCE_METHODS`; ``accuracy``: relative
+    ``force_reconstruction``: see :data:`hbtest.method.sensors.FORCE_METHODS`; ``accuracy``: relative
     interface-displacement error the hbtest profile also requires (0 = off);
     ``rotation_length`` [m]: weight of rotations in the residual norm (|R_u|^2 + l^2 |R_th|^2);
     ``harmonic_tolerance``: the hbtest profile also requires each solved harmonic's residual
@@ -298,7 +298,7 @@ def _read_excitation(ex: Section, numerical: NumericalSpec) -> ExcitationSpec:
 
 def _read_test(ts: Section) -> TestSpec:
     """``[test]``: tolerances, averaging and the residual's form."""
-    from ..sensors import FORCE_METHODS
+    from ..method.sensors import FORCE_METHODS
 
     test = TestSpec(
         target_mode=ts.integer("target_mode", 1, min=1, max=100),
@@ -342,7 +342,7 @@ def _read_output(out: Section, base: Path, name: str) -> OutputSpec:
 def read_nonlinear(nm: Section, beam: BeamSpec, root: str) -> tuple[NonlinearElementSpec, ...]:
     """``[[numerical.nonlinear]]``: the element tables on the numerical beam (keys:
     :func:`hbtest.numerical.table.read_element_tables`, the one parser of this table shape)."""
-    from ..structures import BOUNDARY_CONDITIONS
+    from ..method.structures import BOUNDARY_CONDITIONS
 
     fixed = frozenset(("u", "theta")[i] for i in BOUNDARY_CONDITIONS[root])
     return read_element_tables(nm.subs("nonlinear"), beam.length, root, fixed, "numerical beam")
@@ -351,8 +351,8 @@ def read_nonlinear(nm: Section, beam: BeamSpec, root: str) -> tuple[NonlinearEle
 def _read_continuation(sw: Section) -> dict:
     """``sweep.continuation`` and the arclength's keys (``max_points``, ``arclength_step``,
     ``arclength_min_step``, ``arclength_max_step``; defaults in
-    :class:`hbtest.continuation.ArclengthSettings`)."""
-    from ..continuation.settings import CONTINUATIONS, ArclengthSettings
+    :class:`hbtest.sweep.arclength.ArclengthSettings`)."""
+    from ..sweep.arclength.settings import CONTINUATIONS, ArclengthSettings
 
     d = ArclengthSettings()
     out: dict[str, Any] = dict(

@@ -5,10 +5,10 @@ of the sweep's grid (fundamental only: the force acts at k = 1 and the design mo
 linear — nonlinear numerical elements are left out of the prediction):
 
 - interface ``U = (D_N + D_P)^-1 F_N,cond`` (u [m], theta [rad]) and the forces applied to the
-  PS ``[T, M] = D_P U`` [N, N m] (conventions of :mod:`hbtest.sensors`);
+  PS ``[T, M] = D_P U`` [N, N m] (conventions of :mod:`hbtest.method.sensors`);
 - every sensor channel through the rig file's layout: a laser at lever position ``p`` reads
   ``u + p theta`` [m]; a gauge at ``d`` from the interface reads ``(M - T d) / c`` [strain]
-  (the straight moment line of :func:`hbtest.sensors.moment_line`, c the gauge calibration; it
+  (the straight moment line of :func:`hbtest.method.sensors.moment_line`, c the gauge calibration; it
   neglects the inertia of the segment: ~1.4 % at 20 mm near 18 Hz on the paper twin),
   times ``|filter response|`` of the channel; raw volts ``(physical - offset) / scale``;
   on a virtual rig the mains interference of its ``[virtual.mains]`` is added to the gauge

@@ -3,7 +3,7 @@
 Why: a solved harmonic ``k f`` closer to a mains multiple ``m f_mains`` than the frequency
 resolution of the averaging record cannot be told from the response. The interference is
 (nearly) coherent with the forcing: averaging does not remove it, the fit cannot regress it
-as a separate frequency (:func:`hbtest.harmonics.fit` skips a nuisance within one bin of a
+as a separate frequency (:func:`hbtest.method.harmonics.fit` skips a nuisance within one bin of a
 harmonic), and its per-period spread is too small to show as noise. On the gauges it reads as
 an interface force — on the paper twin 20 microstrain of mains on two gauges 15 mm apart is a
 phantom shear of up to ~2 N against a 0.05 N forcing — so the iteration drives the structure
@@ -12,7 +12,7 @@ mode 3 of the paper cantilever: 13,000 periods, then "sensor over range").
 
 Resolution: the longest averaging record a profile asks for is
 :data:`MAINS_RESOLUTION_WINDOWS` averaging windows (``test.averaging_periods`` each; the same
-bound :func:`hbtest.sweep.check_run` sizes records with); its bin is
+bound :func:`hbtest.sweep.runner.check_run` sizes records with); its bin is
 ``f / (MAINS_RESOLUTION_WINDOWS * averaging_periods)`` [Hz]. A point is *coincident* when
 ``|k f - m f_mains| < bin`` for a solved order k > 0 and a mains multiple
 ``m = 1 .. max(mains_multiples, MAINS_MULTIPLES_CHECKED)`` (``mains_hz`` and
@@ -20,7 +20,7 @@ bound :func:`hbtest.sweep.check_run` sizes records with); its bin is
 
 Decision per coincident point (:func:`plan_mains`): regress the mains out through a mains
 reference channel when the rig has one — no rig kind declares one today (channel kinds:
-:data:`hbtest.sensors.CHANNEL_KINDS`), so the decision is to **move** the point off the
+:data:`hbtest.method.sensors.CHANNEL_KINDS`), so the decision is to **move** the point off the
 coincidence by the smallest shift that clears every (k, m) pair by
 :data:`MAINS_CLEAR_BINS` bins, preferring the side that keeps the sweep's order. The sweep
 applies it (``sweep.mains_coincidence = "move"``, the default; ``"keep"`` runs the point

@@ -5,7 +5,7 @@ commands built on it make the numerical and physical substructures."""
 from __future__ import annotations
 
 from ..config import BeamSpec, SweepConfig
-from ..substructure import Substructure
+from ..method.substructure import Substructure
 
 __all__ = ["physical_beam_for_design", "split_substructures"]
 

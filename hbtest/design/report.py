@@ -16,7 +16,7 @@ sweep frequencies concerned. The report also carries the per-point mains decisio
 
 The target mode (``test.target_mode``, counted from 1 in ascending frequency) must be a mode
 the rig can test: one of the FE model's modes *and* below the rig's usable frequency limit
-(sample rate / :data:`hbtest.harmonics.NYQUIST_MARGIN`, the bound a sweep is held to). Otherwise
+(sample rate / :data:`hbtest.method.harmonics.NYQUIST_MARGIN`, the bound a sweep is held to). Otherwise
 :func:`design_report` raises a :class:`~hbtest.errors.ConfigError` naming ``test.target_mode``
 and how many modes there are. The report lists at least ``n_modes`` modes, and always up to
 the target mode.
@@ -30,7 +30,7 @@ import numpy as np
 
 from ..config import SweepConfig
 from ..errors import ConfigError
-from ..substructure import join_beams, mode_nodes
+from ..method.substructure import join_beams, mode_nodes
 from .model import physical_beam_for_design, split_substructures
 
 __all__ = [
@@ -98,7 +98,7 @@ def _check_target_mode(cfg: SweepConfig, tm: int, freqs_hz) -> None:
     """ConfigError (naming ``test.target_mode``) for a mode the emulated structure does not
     have, or has only above the frequencies the rig can excite."""
     from ..config import load_rig
-    from ..harmonics import NYQUIST_MARGIN
+    from ..method.harmonics import NYQUIST_MARGIN
 
     n_all = int(np.size(freqs_hz))
     if tm > n_all:

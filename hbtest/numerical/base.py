@@ -2,7 +2,7 @@
 side at one frequency.
 
 Units: SI. Interface DOFs are (u [m], theta [rad]) with conjugate forces (T [N], M [N m]);
-coefficient arrays are (n_interface, n_orders) complex in the :mod:`hbtest.harmonics`
+coefficient arrays are (n_interface, n_orders) complex in the :mod:`hbtest.method.harmonics`
 convention ``X_k = a_k - i b_k``; packed vectors are channel-major
 (``harmonics.pack(X, orders).reshape(-1)``: all orders of u, then all orders of theta).
 
@@ -52,7 +52,7 @@ class NumericalSubstructure(Protocol):
     """A numerical substructure as the point loop sees it.
 
     ``structure``/``interface``/``dynamic_stiffness``/``condensed_force`` are those of its
-    *linear part* (as :class:`hbtest.substructure.Substructure`: scaling, the force-form
+    *linear part* (as :class:`hbtest.method.substructure.Substructure`: scaling, the force-form
     residual of a linear substructure, noise estimates); :meth:`interface_response` is the
     full (possibly nonlinear) answer."""
 
@@ -76,7 +76,7 @@ class NumericalSubstructure(Protocol):
 
 class LinearPart:
     """Mixin: the linear substructure (``self.substructure``, a
-    :class:`~hbtest.substructure.Substructure`) behind a numerical substructure — its structure,
+    :class:`~hbtest.method.substructure.Substructure`) behind a numerical substructure — its structure,
     interface, condensed dynamic stiffness and condensed external force."""
 
     @property

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import harmonics
+from ..method import harmonics
 from .base import HarmonicBalanceError
 from .nonlinear import NonlinearSubstructure
 
@@ -29,7 +29,7 @@ def bordered_tangent(J: np.ndarray, previous: np.ndarray) -> np.ndarray:
     """Unit tangent ``t`` of the curve ``R(z) = 0`` with Jacobian ``J = dR/dz`` (n, n + 1),
     oriented along ``previous`` (``previous . t > 0``): the bordered system
     ``[J; previous^T] t = [0; 1]``, normalised. Shared by the numerical trace and the hybrid
-    test's continuation (:mod:`hbtest.continuation`)."""
+    test's continuation (:mod:`hbtest.sweep.arclength`)."""
     A = np.vstack([J, previous[None, :]])
     rhs = np.zeros(A.shape[0])
     rhs[-1] = 1.0

@@ -25,7 +25,7 @@ Sign conventions of the kinds:
 Every kind gives ``g`` and its partial derivatives ``dg/dr``, ``dg/dr'`` at time samples; the
 AFT of :func:`harmonic_force` turns them into harmonic coefficients and the analytic Jacobian
 of those coefficients with respect to the packed coefficients of ``r``
-(:mod:`hbtest.harmonics` convention ``X_k = a_k - i b_k``, packed ``[a0?, a1, b1, ...]``).
+(:mod:`hbtest.method.harmonics` convention ``X_k = a_k - i b_k``, packed ``[a0?, a1, b1, ...]``).
 Kinds are registered by name in :data:`ELEMENT_KINDS`; :class:`Param` lists each kind's
 parameters with the keys a sweep file uses for them (the config layer reads those).
 """
@@ -38,7 +38,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .. import harmonics
+from ..method import harmonics
 
 __all__ = [
     "Param",

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import harmonics
-from ..substructure import Substructure
+from ..method import harmonics
+from ..method.substructure import Substructure
 from .base import InterfaceResponse, LinearPart
 
 __all__ = ["LinearSubstructure", "external_interface_force"]
@@ -29,7 +29,7 @@ def external_interface_force(sub: Substructure, force_vector, frequency_hz: floa
 
 @dataclass(frozen=True, eq=False)
 class LinearSubstructure(LinearPart):
-    """A linear substructure (a :class:`~hbtest.substructure.Substructure`) behind the
+    """A linear substructure (a :class:`~hbtest.method.substructure.Substructure`) behind the
     :class:`~hbtest.numerical.NumericalSubstructure` protocol."""
 
     substructure: Substructure

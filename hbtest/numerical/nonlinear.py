@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import harmonics
-from ..substructure import Substructure, condense
+from ..method import harmonics
+from ..method.substructure import Substructure, condense
 from .base import HarmonicBalanceError, InterfaceResponse, LinearPart
 from .elements import AFTGrid, Element, aft_grid, packed_force
 from .linear import external_interface_force
@@ -74,7 +74,7 @@ class HarmonicBalanceSolution:
 
 @dataclass(eq=False)
 class NonlinearSubstructure(LinearPart):
-    """A :class:`~hbtest.substructure.Substructure` (its linear part) plus nonlinear
+    """A :class:`~hbtest.method.substructure.Substructure` (its linear part) plus nonlinear
     ``elements`` acting on its DOFs (by name). ``n_time``: AFT samples per period (default
     from :func:`hbtest.numerical.elements.aft_grid`)."""
 
@@ -103,7 +103,7 @@ class NonlinearSubstructure(LinearPart):
                 w[self.active.index(d)] += we
             self._weights.append(w)
 
-    # -- the linear part (as hbtest.substructure.Substructure) ------------------------------
+    # -- the linear part (as hbtest.method.substructure.Substructure) ------------------------------
     @property
     def is_linear(self) -> bool:
         return all(e.is_zero for e in self.elements)

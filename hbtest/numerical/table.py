@@ -5,16 +5,19 @@ and ``[[virtual.nonlinear]]`` of a twin's rig file (the physical substructure it
 Units: a file key carries its unit (``position_mm``, ``gap_mm``, ``k3_n_per_m3``...), values
 are SI inside; positions [m] along the beam from its x = 0 end. Each entry is parsed into a
 :class:`NonlinearElementSpec` (no TOML is read here: the config layer hands a
-:class:`~hbtest.schema.Section`). Force laws and sign conventions of the kinds:
+:class:`~hbtest.config.section.Section`). Force laws and sign conventions of the kinds:
 :mod:`hbtest.numerical.elements`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ..schema import Section
 from .elements import ELEMENT_KINDS, create_element
+
+if TYPE_CHECKING:  # the config layer hands a Section in; importing it would run hbtest.config, which imports this
+    from ..config.section import Section
 
 __all__ = ["NonlinearElementSpec", "read_element_tables", "NONLINEAR_DOFS", "CONTACT_SIDES"]
 

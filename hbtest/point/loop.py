@@ -21,18 +21,18 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .. import estimators, harmonics, solver
 from ..errors import RigTrip
-from ..rig import ChannelCoefficients
-from ..rig.capabilities import DeviceAveraging, KnownModes
-from ..rig.safety import ADC_FULL_SCALE_FRACTION, overrange_channels
-from ..sensors import (
+from ..method import broyden, estimators, harmonics
+from ..method.sensors import (
     EXCLUDED_MAX_ORDER,
     InterfaceMeasurement,
     excluded_energy_fraction,
     measure_interface,
     measure_interface_from_coefficients,
 )
+from ..rig import ChannelCoefficients
+from ..rig.capabilities import DeviceAveraging, KnownModes
+from ..rig.safety import ADC_FULL_SCALE_FRACTION, overrange_channels
 from .base import Carried, PointResult, get_profile
 from .numerical import NumericalSide
 
@@ -177,7 +177,7 @@ class PointOutcome:
     #: because the Jacobian's weakly measured directions are off; NaN when not stated
     uncertainty_with_jacobian: float = float("nan")
     #: (u, theta): fraction of the measured interface displacement power in harmonics not
-    #: solved for, from the final raw record (:func:`hbtest.sensors.excluded_energy_fraction`);
+    #: solved for, from the final raw record (:func:`hbtest.method.sensors.excluded_energy_fraction`);
     #: None when the rig gave no samples (device averaging) or the point has no evaluation
     excluded_energy_fraction: np.ndarray | None = None
     #: the last evaluation as the rig measured it at the last demand (before any pooling), when
@@ -341,7 +341,7 @@ class PointLoop:
         """Update the measured mains frequency from raw ``records`` (a mains rejection at the
         nominal ``mains_hz`` leaves a rotating bias when the lab's mains is off nominal, and the
         lab's wanders: 49.98-50.17 Hz over its runs). Each record gives an estimate by
-        :func:`hbtest.estimators.mains_frequency` (standard uncertainty: its Cramer-Rao bound times
+        :func:`hbtest.method.estimators.mains_frequency` (standard uncertainty: its Cramer-Rao bound times
         ``MAINS_SD_INFLATION``); they are combined by a scalar Kalman filter whose state wanders
         ``MAINS_WANDER_HZ_PER_S`` per second of rig clock between records."""
         if not self.rule.reject_mains or not self.layout.mains_frequencies:
@@ -394,7 +394,7 @@ class PointLoop:
 
     def _fit_record(self, records: list, f: float, modes):
         """Steady state of the concatenated raw ``records`` (acquired after the ramp) by
-        :func:`hbtest.estimators.fit_through_transient`: (InterfaceMeasurement, over range)."""
+        :func:`hbtest.method.estimators.fit_through_transient`: (InterfaceMeasurement, over range)."""
         names = list(records[0].data)
         t = np.concatenate([a.t for a in records])
         # the rig clock of every sample (the record ends at ``elapsed_s``): continuous across
@@ -427,7 +427,7 @@ class PointLoop:
     def _apply(self, f: float, V: np.ndarray):
         """Clip ``V`` to the voltage limit and ramp the rig to it: (V, clipped, rig time before,
         rig time after the ramp) [s]."""
-        V, clipped = solver.clip_voltage(V, self.n_act, self.voltage_limit, self.orders)
+        V, clipped = broyden.clip_voltage(V, self.n_act, self.voltage_limit, self.orders)
         t0 = self.rig.elapsed_s
         self.rig.set_demand(f, self.unpack_voltage(V), self.orders, ramp_periods=self.s.ramp_periods)
         return V, clipped, t0, self.rig.elapsed_s
@@ -436,7 +436,7 @@ class PointLoop:
                                    noise_target: float | None = None) -> Evaluation:
         """Apply ``V``, and instead of waiting for the transient, fit the steady state and the
         free decay of the system's modes together on the record that starts when the ramp
-        ends (:mod:`hbtest.estimators`). The record grows (every period measured is kept in
+        ends (:mod:`hbtest.method.estimators`). The record grows (every period measured is kept in
         the fit) until the residual noise meets the window rule
         (:meth:`WindowRule.record_periods <hbtest.point.base.WindowRule.record_periods>` gives the periods the noise target needs;
         ``noise_target`` [m], when given, is the residual noise this evaluation must reach)."""
@@ -571,7 +571,7 @@ class PointLoop:
     def pool(self, num: NumericalSide, evaluations: list, G: np.ndarray, prior_fraction: float,
              demands=None, at=None, prior_cov=None, between: float = 0.0) -> Pooled:
         """The last of ``evaluations`` (all at this point's frequency) with its measurement
-        replaced by the estimate from all of them (:func:`hbtest.estimators.pool_affine`:
+        replaced by the estimate from all of them (:func:`hbtest.method.estimators.pool_affine`:
         the rig output affine in the voltages, prior Jacobian ``G`` with entrywise standard
         deviation ``prior_fraction`` times the largest entry of its row). Rig time and
         windows stay the last evaluation's own; the estimate's ``n_periods`` counts every
@@ -596,7 +596,7 @@ class PointLoop:
         it is the prior's when nothing was pooled.
 
         ``between``: the largest scatter beyond their noise that is averaged (0: none, ``inf``:
-        any; :func:`hbtest.estimators.pool_affine`, ``max_between``, scaled outputs)."""
+        any; :func:`hbtest.method.estimators.pool_affine`, ``max_between``, scaled outputs)."""
         last = evaluations[-1]
         # clipped records (a sensor at its full scale) are no measurement: left out of the
         # fit, and a clipped last one is returned as it is (the caller stops on it)
@@ -630,7 +630,7 @@ class PointLoop:
         return Pooled(est, pl.jacobian, pl.jacobian_cov, pl)
 
     def _pooled_measurement(self, num: NumericalSide, pl, n_periods: int, last: Evaluation) -> InterfaceMeasurement:
-        """The interface measurement a pool estimates (:class:`hbtest.estimators.AffinePool`
+        """The interface measurement a pool estimates (:class:`hbtest.method.estimators.AffinePool`
         ``pl``: packed, weighted outputs and variances) over ``n_periods`` periods; the raw
         channels stay the ``last`` window's own (re-reduction input)."""
         n = 2 * self.p
@@ -676,7 +676,7 @@ class PointLoop:
         m = base.V.size
         JR = np.empty((base.vector.size, m))
         G = np.empty((base.Y.size, m))
-        for j, dv in enumerate(solver.finite_difference_columns(m, self.s.fd_step_v).T):
+        for j, dv in enumerate(broyden.finite_difference_columns(m, self.s.fd_step_v).T):
             e = self.evaluate(num, base.V + dv, transient_tol, kind="finite_difference")
             history.append(e)
             step = e.V - base.V
@@ -686,7 +686,7 @@ class PointLoop:
         return JR, G
 
     def clip(self, V: np.ndarray) -> np.ndarray:
-        return solver.clip_voltage(V, self.n_act, self.voltage_limit, self.orders)[0]
+        return broyden.clip_voltage(V, self.n_act, self.voltage_limit, self.orders)[0]
 
     def start_voltage(self, carry: Carried) -> np.ndarray:
         """The last converged solution, else the carried start, else zero volts."""

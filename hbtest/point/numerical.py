@@ -4,10 +4,10 @@ answers to the measured interface force ``F_P``.
 
 Units: SI. ``D`` is (n_orders, 2, 2) over the interface DOFs (u [m], theta [rad]) and their
 conjugate forces (T [N], M [N m]); coefficient arrays are (2, n_orders) in the
-:mod:`hbtest.harmonics` convention (``X_k = a_k - i b_k``); packed vectors are channel-major
+:mod:`hbtest.method.harmonics` convention (``X_k = a_k - i b_k``); packed vectors are channel-major
 (``harmonics.pack(X, orders).reshape(-1)``).
 
-``build`` takes a linear :class:`~hbtest.substructure.Substructure` (today's behaviour,
+``build`` takes a linear :class:`~hbtest.method.substructure.Substructure` (today's behaviour,
 ``U_N = D_N^-1 (F_e - F_P)``) or any :class:`~hbtest.numerical.NumericalSubstructure`; a
 nonlinear one is solved by harmonic balance for every ``F_P`` asked (``D`` and ``F_e`` are then
 those of its linear part: scaling and noise estimates). :meth:`NumericalSide.displacement_jacobian`
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import harmonics
+from ..method import harmonics
 from ..numerical.base import HarmonicBalanceError, NumericalSubstructure
 
 __all__ = ["NumericalSide"]
@@ -45,7 +45,7 @@ class NumericalSide:
 
     @classmethod
     def build(cls, ns, force_vector, frequency_hz: float, orders) -> "NumericalSide":
-        """``ns``: a :class:`~hbtest.substructure.Substructure` or a
+        """``ns``: a :class:`~hbtest.method.substructure.Substructure` or a
         :class:`~hbtest.numerical.NumericalSubstructure`; ``force_vector``: complex point-force
         amplitudes of the fundamental over its DOFs [N]."""
         orders = np.asarray(orders, dtype=int)

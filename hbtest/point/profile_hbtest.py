@@ -4,7 +4,7 @@ stands out of the noise, carried along the sweep with its posterior covariance) 
 residual Jacobian at any frequency exactly through the known ``D_N``; each point starts from
 the prediction at the new frequency; on a rig that gives raw records and its modes, each
 evaluation fits the new steady state together with the known free decay right after the ramp
-(:mod:`hbtest.estimators`) instead of waiting, growing the record only until the residual
+(:mod:`hbtest.method.estimators`) instead of waiting, growing the record only until the residual
 stands out of the noise while far from the solution, and near it until the noise of every
 evaluation of the point pooled (:meth:`PointLoop.pool`, an affine fit over the voltages whose
 Jacobian becomes ``G``) meets the target; an iteration without progress stops as ``stalled``
@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import estimators, harmonics, solver
+from ..method import broyden, estimators, harmonics
 from .base import Carried, PointResult, SolverProfile, register_profile
 from .loop import Evaluation, Measured, PointLoop, PointSettings
 from .numerical import NumericalSide
@@ -244,7 +244,7 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
     solution_noise_fraction = 0.95
     #: the pooled fit of a linear single-harmonic point (the pooled-fit rule) allows its
     #: evaluations to scatter by more than their read noise: a between-evaluation variance
-    #: estimated from the misfit (:func:`hbtest.estimators.pool_affine`, ``between``), only
+    #: estimated from the misfit (:func:`hbtest.method.estimators.pool_affine`, ``between``), only
     #: where read noise cannot explain it (the twins without demand scatter pool as without
     #: it). In a multi-harmonic test only a scatter below ``multi_between_fraction`` of the
     #: residual tolerance (:meth:`between_limit`): a contact specimen's evaluations do not
@@ -347,14 +347,14 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
         F = harmonics.unpack((Y[n:] / scaleY[n:]).reshape(2, loop.p), loop.orders)
         _, _, vec, _ = loop.residual(num, Measured(U, F))
         J = loop.residual_jacobian_from_G(num, carry.jacobian, at=Measured(U, F))
-        return loop.clip(V_prev + solver.limit_step(solver.newton_step(J, vec), self.prediction_step_factor * loop.s.max_step_v))
+        return loop.clip(V_prev + broyden.limit_step(broyden.newton_step(J, vec), self.prediction_step_factor * loop.s.max_step_v))
 
     def error_estimate(self, loop: PointLoop, num: NumericalSide, G: np.ndarray, e: Evaluation) -> tuple[float, float, np.ndarray]:
         """Newton step ``dV = -J_R^+ R`` and the interface-displacement error it implies,
         ``e_U = G_U J_R^+ R = (D_N + D_P)^-1 D_N R`` (weighted norm, metres), plus the noise
         amplification ``|G_U J_R^+|`` from residual to displacement error."""
         J = loop.residual_jacobian_from_G(num, G, at=e.meas)
-        dV = solver.newton_step(J, e.vector)
+        dV = broyden.newton_step(J, e.vector)
         GU = G[: 2 * loop.p]
         err = float(np.linalg.norm(GU @ dV))
         amp = float(np.linalg.norm(GU @ np.linalg.pinv(J, rcond=1e-10), 2))
@@ -433,7 +433,7 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
         est, V, fit = e, e.V.copy(), None
         for _ in range(self.solution_newton_steps):
             J = loop.residual_jacobian_from_G(num, G, at=est.meas)
-            V = V + solver.newton_step(J, est.vector)
+            V = V + broyden.newton_step(J, est.vector)
             if not np.array_equal(loop.clip(V), V):
                 return None
             pooled = loop.pool(num, evaluations, prior, self.pool_prior_fraction, at=V, prior_cov=prior_cov,
@@ -456,13 +456,13 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
                            fit, G_cov: np.ndarray | None = None) -> float:
         """:meth:`displacement_uncertainty` of a pooled-fit solution (``G_cov``: with the fitted
         Jacobian's own uncertainty); where its evaluations scatter by more than their reads
-        (``fit.between`` > 0: :func:`hbtest.estimators.pool_affine`) as follows.
+        (``fit.between`` > 0: :func:`hbtest.method.estimators.pool_affine`) as follows.
         The stated variances then hold the scatter as if each output scattered on its own, and
         propagate it in full; but a scatter along the rig's own response (``G dV``: an offset of
         what the actuators deliver) only moves the solution along the model and leaves its
-        outputs, and the propagation ``M`` (:func:`hbtest.estimators.solution_map`) passes only
+        outputs, and the propagation ``M`` (:func:`hbtest.method.estimators.solution_map`) passes only
         what is not. So the scatter's share is measured: the sandwich variance of ``M`` times
-        the estimate (:func:`hbtest.estimators.sandwich_variance`: each evaluation's misfit
+        the estimate (:func:`hbtest.method.estimators.sandwich_variance`: each evaluation's misfit
         through its influence), never below the reads' own share (``fit.read_variance``
         propagated as :meth:`displacement_uncertainty` does). On the twin with the lab's demand
         scatter (``[virtual.demand_scatter]``), the stated uncertainty with the scatter in full
@@ -630,7 +630,7 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
         """One step: measure at the limited Newton step from the pooled estimate, update the
         rig Jacobian by good Broyden where the change stands out of the noise, and pool every
         evaluation of the point again (its fitted Jacobian becomes ``carry.G``)."""
-        step = solver.limit_step(j.dV, loop.s.max_step_v)
+        step = broyden.limit_step(j.dV, loop.s.max_step_v)
         prev_raw = w.raw
         # what is known at the solution: the estimate there (its noise and extrapolation, in
         # residual units), or the pooled noise at the last demand when there is none yet
@@ -639,8 +639,8 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
                               noise_target=self.noise_target(j.r_target, known, w.solve))
         w.history.append(w.raw)
         dVm, dY = w.raw.V - prev_raw.V, w.raw.Y - prev_raw.Y
-        if solver.informative(dY, max(prev_raw.noise, w.raw.noise) / np.sqrt(dY.size)):
-            carry.G = solver.good_broyden_update(carry.jacobian, dVm, dY)
+        if broyden.informative(dY, max(prev_raw.noise, w.raw.noise) / np.sqrt(dY.size)):
+            carry.G = broyden.good_broyden_update(carry.jacobian, dVm, dY)
         # prior mean: in a linear (single-harmonic) test the point's own start Jacobian, so
         # the pool counts each measurement once; in a multi-harmonic one (a nonlinear
         # specimen) the Jacobian after the latest secant, the local slope. Its covariance:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import solver
+from ..method import broyden
 from .base import Carried, PointResult, SolverProfile, register_profile
 from .loop import Evaluation, Measured, PointLoop
 from .numerical import NumericalSide
@@ -219,7 +219,7 @@ class PublishedProfile(SolverProfile[PublishedCarry]):
                                                    or (err[-1] > self.remeasure_above * tol and err[-1] > err[-2])):
                 H = self.remeasure(loop, num, new, R1, history)
             else:
-                H = solver.bad_broyden_inverse_update(H, new.V - X0, R1 - R0)
+                H = broyden.bad_broyden_inverse_update(H, new.V - X0, R1 - R0)
             X0, R0, e = new.V, R1, new
         carry.H, carry.clipped = H, reason == "overrange"
         if e is None:  # no step was allowed (max_iterations = 0): measure where we are

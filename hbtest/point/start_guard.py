@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import harmonics
+from ..method import harmonics
 
 __all__ = ["GUARD_FRACTION", "channel_windows", "guard_start", "predicted_channel_peaks"]
 

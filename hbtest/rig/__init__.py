@@ -5,7 +5,7 @@ Time base: the demand is ``v(t) = a0 + Re sum_k V_k exp(i k 2 pi f t)`` per actu
 ``t`` the rig's demand time (continuous across calls; the rig keeps the phase of its
 generator continuous when the frequency changes and reports ``t`` so that the formula holds
 for the demand in force during an acquisition). Acquisitions return raw channel volts; the
-calibration lives in the rig's :class:`~hbtest.sensors.SensorLayout`.
+calibration lives in the rig's :class:`~hbtest.method.sensors.SensorLayout`.
 
 Kinds of rig (``[rig].kind`` of a rig file: virtual, box, scpi, helic, redpitaya) are registered in
 :mod:`hbtest.rig.registry`; :func:`open_rig` opens the one a parsed rig file names. A rig that
@@ -22,7 +22,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ..sensors import SensorLayout
+from ..method.sensors import SensorLayout
 from . import registry
 from .safety import LIMIT_TOLERANCE, peak_bound
 
@@ -51,7 +51,7 @@ class Acquisition:
 @dataclass(frozen=True)
 class ChannelCoefficients:
     """Per-channel harmonic coefficients averaged on the device over n whole periods, in the
-    hbtest.harmonics convention (X_k = a_k - i b_k, DC real), in RAW channel volts (before the
+    hbtest.method.harmonics convention (X_k = a_k - i b_k, DC real), in RAW channel volts (before the
     layout's scale/offset and before lag correction) — i.e. exactly what harmonics.fit of the raw
     samples over the same record gives (with nuisance_hz removed when asked)."""
 

@@ -7,7 +7,7 @@ for, so a kind whose dependencies are missing (e.g. pyvisa for ``box``) costs no
 rig file names it. This module imports only the standard library and :mod:`hbtest.errors`:
 the config layer uses it without importing any rig implementation (no import cycle).
 
-Contract of a kind (``hbtest.schema`` for the types):
+Contract of a kind (``hbtest.config.section`` for the types):
 
 - ``parse(top: Section, common: RigCommon) -> spec``: reads ONLY the kind's own ``tables``
   (``top.sub(name)`` ... ``.finish()``) and returns a frozen dataclass; every problem is a

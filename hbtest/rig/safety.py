@@ -6,7 +6,7 @@ Units: volts at the actuator demand (amplifier input) and raw channel volts (ADC
 physical channel limits (metres, strain) are converted to raw-volt windows through the
 channel's calibration ``physical = raw * scale + offset`` (scale > 0).
 
-Demand convention (:mod:`hbtest.harmonics`): per actuator ``v(t) = a0 + Re sum_k V_k
+Demand convention (:mod:`hbtest.method.harmonics`): per actuator ``v(t) = a0 + Re sum_k V_k
 exp(i k Omega t)``. Its peak is bounded by ``|a0| + sum_k |V_k|`` (triangle inequality; equal
 for a single harmonic). The bound is what is checked: a demand is refused when the bound
 exceeds the limit, so no waveform beyond the limit is ever generated.

@@ -38,16 +38,16 @@ Raw records (schema 3, optional: a store created with ``raw_records``): dimensio
 ``channel`` (names) and ``sample``; ``raw_samples`` [V] (frequency, channel, sample) holds the
 final acquisition window of each point (``raw_length`` valid samples from demand time
 ``raw_time_start`` at ``raw_sample_rate``, ``raw_periods`` whole periods), the input of
-``hbtest reduce`` (:mod:`hbtest.calibration.reduce`). Stores of schema 1-2 have none and stay
+``hbtest reduce`` (:mod:`hbtest.analysis.reduce`). Stores of schema 1-2 have none and stay
 readable.
 
 Sync metrics and families (optional, absent from older stores): a store created with
 ``sync`` holds ``numerical_force`` (frequency, dof, harmonic) [N, N m], the NS counterpart of
 ``interface_force``, and ``sync_amplitude_ratio`` [1] / ``sync_phase_deg`` [deg] over
-(frequency, ``variable`` = u, theta, T, M, harmonic) (:mod:`hbtest.sync`); with
+(frequency, ``variable`` = u, theta, T, M, harmonic) (:mod:`hbtest.method.ps_ns_sync`); with
 ``harmonic_active`` the boolean (frequency, harmonic) of the orders each point balanced
 (``sweep.harmonics = "auto"``: the others are NaN); a stepped-force family has the per-slot
-coordinate ``force_level`` [N] (:mod:`hbtest.family`).
+coordinate ``force_level`` [N] (:mod:`hbtest.sweep.stepped`).
 Evaluation records (optional: a store created with ``channels``): dimension ``channel``
 (names, the rig layout's order); ``history_channel_coefficients`` [V] and
 ``history_channel_variance`` [V^2] (frequency, iteration, channel, harmonic) hold the RAW
@@ -310,7 +310,7 @@ def _option_coords(f, sizes: dict, *, raw_records, channels, sync: bool, force_l
         sizes["channel"] = len(names)
         coords["channel"] = ("channel", np.array(names, dtype=object), {"long_name": "acquisition channel"})
     if sync:
-        from ..sync import VARIABLES as _SYNC_VARIABLES
+        from ..method.ps_ns_sync import VARIABLES as _SYNC_VARIABLES
 
         sizes["variable"] = len(_SYNC_VARIABLES)
         coords["variable"] = ("variable", np.array(_SYNC_VARIABLES, dtype=object), {"long_name": "interface variable of the sync metrics: u [m], theta [rad], shear T [N], moment M [N m]"})
@@ -444,9 +444,9 @@ class RunStore:
         re-reduction with another calibration; chunked one point per chunk, compressed).
         ``legs``: the leg of every slot (default: from the reversals of the frequency list);
         ``force_levels``: the external force amplitude [N] of every slot, stored as the
-        coordinate ``force_level`` (a stepped-force family, :mod:`hbtest.family`).
+        coordinate ``force_level`` (a stepped-force family, :mod:`hbtest.sweep.stepped`).
         ``sync`` allocates :data:`SYNC_VARIABLES` (``numerical_force`` and the sync metrics
-        over the dimension ``variable`` = u, theta, T, M; :mod:`hbtest.sync`);
+        over the dimension ``variable`` = u, theta, T, M; :mod:`hbtest.method.ps_ns_sync`);
         ``harmonic_active`` the per-point mask of balanced orders (``sweep.harmonics = "auto"``).
         ``channels`` (the rig layout's channel names) allocates the per-evaluation raw channel
         coefficients (:data:`EVALUATION_VARIABLES`); with ``raw_records`` too, the names agree.

@@ -59,7 +59,7 @@ def _limit_key(ch) -> tuple[str, float]:
 
 def parse(top, common) -> BoxSpec:
     """Parse the ``[box]`` table (``top``: the rig file's top-level Section; ``common``: the
-    :class:`~hbtest.schema.RigCommon` fields). Errors name the file and key."""
+    :class:`~hbtest.config.section.RigCommon` fields). Errors name the file and key."""
     b = top.sub("box")
     resource = b.string("resource")
     if not RESOURCE_RE.match(resource):

@@ -26,7 +26,7 @@ a byte is sent; the box enforces the same limits again (and trips). ``safe_state
 zero; ``close`` = safe state, disarm, close. A box trip surfaces as
 :class:`~hbtest.errors.LimitExceeded` (voltage/channel limit) or InstrumentError (watchdog,
 link); :meth:`BoxRig.clear_trip` clears it. Units: V, s, Hz; coefficients in the
-:mod:`hbtest.harmonics` convention, raw channel volts.
+:mod:`hbtest.method.harmonics` convention, raw channel volts.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ giving ``len``), little-endian float64, at the end of a reply line after its tex
 followed by a digit 1-9, occurs before the first ``\\n``.
 
 Numbers are written with 17 significant digits (``repr``), so float64 values round-trip
-exactly. Complex coefficients follow :mod:`hbtest.harmonics` (``X_k = a_k - i b_k``) and are
+exactly. Complex coefficients follow :mod:`hbtest.method.harmonics` (``X_k = a_k - i b_k``) and are
 written as ``re,im`` pairs.
 """
 

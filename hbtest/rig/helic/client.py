@@ -8,7 +8,7 @@ against ``Status``); indices are never kept across connections.
 
 Demand: per actuator the coefficient parameter ``[mean, a1..aK, b1..bK]`` [V] for ``mean +
 sum a_k cos k theta + b_k sin k theta`` (K from the parameter's size), i.e. ``a_k = Re V_k``,
-``b_k = -Im V_k`` in the hbtest.harmonics convention. Each write is one queued device command:
+``b_k = -Im V_k`` in the hbtest.method.harmonics convention. Each write is one queued device command:
 ``cmd_epoch`` advances by the commands sent, and a record counts only when every sample of it
 carries the epoch of the demand last written (a stale record never enters a fit).
 

@@ -3,7 +3,7 @@
 
 Written from the Red Pitaya documentation's SCPI command pages ("Acquisition", "Signal
 generator", the example "Synchronised one-pulse signal generation and acquisition") and the
-command table of its ``scpi-server`` (see :mod:`hbtest.rig.scpi.sim.redpitaya` for the list).
+command table of its ``scpi-server`` (see :mod:`hbtest.serve.scpi.redpitaya` for the list).
 
 Units: volts at the board's connectors (outputs +/-1 V into high impedance; inputs +/-1 V on the
 LV jumper, +/-20 V on HV), hertz, samples. Replies end in ``\\r\\n`` (stripped by the link).

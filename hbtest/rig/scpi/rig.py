@@ -2,7 +2,7 @@
 :class:`hbtest.rig.Rig` by the rig file (kind ``scpi``; see ``instruments/lab-33500b-scope.toml``).
 
 Units: volts, hertz, seconds. Demand convention: per actuator
-``v(t) = a0 + Re sum_k V_k exp(i k 2 pi f t)`` (``hbtest.harmonics``: ``X_k = a_k - i b_k``).
+``v(t) = a0 + Re sum_k V_k exp(i k 2 pi f t)`` (``hbtest.method.harmonics``: ``X_k = a_k - i b_k``).
 
 How a demand reaches an actuator
 --------------------------------

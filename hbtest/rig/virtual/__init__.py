@@ -5,7 +5,7 @@ measured, not assumed.
 Physics (SI units; x along the beam from the pin axis, ``u`` up, ``theta`` counter-clockwise):
 
 - **PS**: the tip beam of the rig file's ``[physical]`` table (Euler–Bernoulli FE,
-  :func:`hbtest.structures.beam`, consistent mass, ``C = zeta_M M + zeta_K K``, free tip),
+  :func:`hbtest.method.structures.beam`, consistent mass, ``C = zeta_M M + zeta_K K``, free tip),
   rigidly clamped at x = 0: the beam's node-0 DOFs *are* the clamp's (u, theta), which are the
   interface DOFs. The mesh is refined near the root (``mesh_root_element_mm`` up to
   ``mesh_root_length_mm``, at least 10 mm past the far gauge) with nodes at the gauges, so the

@@ -6,8 +6,8 @@ multi-harmonic balance with alternating frequency–time on the full FE model
 Jacobian) with harmonics ``0 .. REFERENCE_MAX_ORDER`` — many more than a test balances, so the
 reference is the periodic solution of the continuous model, not of the test's truncation.
 
-Conventions: SI; harmonic coefficients of :mod:`hbtest.harmonics` (``X_k = a_k - i b_k``, DC
-real). The joined beam is :func:`hbtest.substructure.join_beams` (global node numbering: the
+Conventions: SI; harmonic coefficients of :mod:`hbtest.method.harmonics` (``X_k = a_k - i b_k``, DC
+real). The joined beam is :func:`hbtest.method.substructure.join_beams` (global node numbering: the
 NS nodes first, its last node = the interface = the PS clamp node 0; PS element positions are
 shifted by the NS length). The external force is the sweep's point-force vector on the NS
 DOFs at the fundamental. The returned interface displacement is (u [m], theta [rad]) of the
@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...method.substructure import Substructure, join_beams
 from ...numerical import NonlinearSubstructure
-from ...substructure import Substructure, join_beams
 from ..capabilities import ExactReference
 from .model import Model
 from .reference import ps_substructure
@@ -46,7 +46,7 @@ def _linear_part(ns) -> Substructure:
 def emulated_structure(model: Model, ns) -> NonlinearSubstructure:
     """The joined beam (NS + PS) with the elements of both sides, as a
     :class:`~hbtest.numerical.NonlinearSubstructure` whose interface is the joint (u, theta).
-    ``ns``: a :class:`~hbtest.substructure.Substructure`, a linear or a nonlinear numerical
+    ``ns``: a :class:`~hbtest.method.substructure.Substructure`, a linear or a nonlinear numerical
     substructure (its ``elements``, on the NS beam's DOF names)."""
     sub = _linear_part(ns)
     joined = join_beams(sub, ps_substructure(model))

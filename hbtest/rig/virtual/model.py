@@ -31,9 +31,9 @@ import numpy as np
 import scipy.linalg
 import scipy.signal
 
-from ...sensors import SensorLayout
-from ...structures import Beam
-from ...structures import beam as make_beam
+from ...method.sensors import SensorLayout
+from ...method.structures import Beam
+from ...method.structures import beam as make_beam
 from .spec import VirtualSpec
 
 #: |lambda h| below which the first-order-hold weight c1 is taken from its series (the closed
@@ -489,7 +489,7 @@ def amplifier_input(shakers, v: np.ndarray) -> np.ndarray:
 
 def input_harmonics(shakers, voltage, orders, out_orders) -> np.ndarray:
     """Harmonic coefficients (2, n_out) at ``out_orders`` of the amplifier-polynomial output of
-    the periodic demand ``voltage`` (2, n_orders) at ``orders`` (hbtest.harmonics convention)."""
+    the periodic demand ``voltage`` (2, n_orders) at ``orders`` (hbtest.method.harmonics convention)."""
     orders = np.atleast_1d(np.asarray(orders, dtype=int))
     V = np.asarray(voltage, dtype=complex).reshape(2, orders.size)
     U = np.zeros((2, out_orders.size), complex)

@@ -20,7 +20,7 @@ Residual bases (lab, ``BroydenMethod.m`` l.596-620 and l.846): the lab's residua
 of forces at its two force transducers, front and back, ``f1 = T + M / l``, ``f2 = -M / l``
 with ``l`` the transducers' spacing (111.6 mm): :func:`transducer_forces`. The twin measures
 ``(T, M)`` from two gauges through the line ``M(x) = M0 - T x``
-(:func:`hbtest.sensors.moment_line`), so a front/back force pair maps to gauge strains by
+(:func:`hbtest.method.sensors.moment_line`), so a front/back force pair maps to gauge strains by
 :func:`gauge_strain_map`.
 """
 
@@ -138,7 +138,7 @@ def transducer_forces(T, M, spacing: float = LAB_TRANSDUCER_SPACING_M):
 def gauge_strain_map(positions, calibration: float, spacing: float = LAB_TRANSDUCER_SPACING_M) -> np.ndarray:
     """The 2x2 matrix ``B`` with ``[eps1; eps2] = B [front; back]``: the gauge strains whose
     line ``M(x) = M0 - T x`` gives the front/back force pair (inverse of
-    :func:`transducer_forces` after :func:`hbtest.sensors.moment_line`)."""
+    :func:`transducer_forces` after :func:`hbtest.method.sensors.moment_line`)."""
     d1, d2 = positions
     c = calibration
     # (T, M) = A eps with T = -c (e2 - e1) / (d2 - d1), M = c (e1 - d1 (e2 - e1) / (d2 - d1))

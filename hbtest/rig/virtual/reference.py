@@ -2,7 +2,7 @@
 control), computed from the *full* FE model in the frequency domain — no modal truncation,
 no time stepping.
 
-Conventions: harmonic coefficients follow :mod:`hbtest.harmonics` (``X_k = a_k - i b_k``, DC
+Conventions: harmonic coefficients follow :mod:`hbtest.method.harmonics` (``X_k = a_k - i b_k``, DC
 real); channels in raw volts ``(physical - offset) / scale``; interface displacement
 (u [m], theta [rad]) of the clamp = the PS beam's node 0; interface forces (T [N], M [N m]) are
 the generalised forces applied to the PS beam at x = 0 (``D_P [u, theta] = [T, M]``).
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...substructure import Substructure
+from ...method.substructure import Substructure
 from .model import Model, filter_response, input_harmonics, zoh
 
 __all__ = [
@@ -31,7 +31,7 @@ __all__ = [
 @dataclass(frozen=True)
 class SteadyState:
     """Exact periodic steady state of the twin (noise-free; see
-    :meth:`VirtualRig.steady_state`). Coefficients follow :mod:`hbtest.harmonics`, last axis =
+    :meth:`VirtualRig.steady_state`). Coefficients follow :mod:`hbtest.method.harmonics`, last axis =
     ``orders``. channels: name -> raw volts; displacement: (u [m], theta [rad]); force: (T [N],
     M [N m]) applied to the PS beam at x = 0; amplifier_input: the demand after the amplifier
     polynomial [V] (before the gain)."""

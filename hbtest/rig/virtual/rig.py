@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import ConfigError, InstrumentError
-from ...sensors import SensorLayout
-from ...structures import Beam
-from ...substructure import Substructure
+from ...method.sensors import SensorLayout
+from ...method.structures import Beam
+from ...method.substructure import Substructure
 from .. import Acquisition, RigDescription, check_voltage
 from ..safety import normalise_demand
 from . import reference

@@ -14,7 +14,7 @@ evaluation alone. It is a model of the signature, not of a mechanism the records
 tell).
 
 Model, per actuator ``a``, on the fundamental's complex coefficient (the convention of
-:mod:`hbtest.harmonics`: ``v(t) = Re(V e^{i Omega t})`` [V]): at the k-th change of demand
+:mod:`hbtest.method.harmonics`: ``v(t) = Re(V e^{i Omega t})`` [V]): at the k-th change of demand
 ``delta_k = rho delta_{k-1} + sqrt(1 - rho^2) sd_a (xi + i eta)``, ``xi, eta`` standard normal
 (so each of the sine and cosine coefficients scatters by ``sd_a`` [V rms]); the applied
 fundamental is ``V + delta_k``. A "change" is a new frequency or new coefficients; a demand

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...config.section import BeamSpec, RigCommon, Section
 from ...errors import ConfigError
 from ...numerical.table import NonlinearElementSpec, read_element_tables
-from ...schema import BeamSpec, RigCommon, Section
 from .scatter import DemandScatterSpec
 
 __all__ = [
@@ -215,8 +215,8 @@ def _shaker(sec: Section) -> ShakerSpec:
 def parse_virtual(sec: Section, physical: BeamSpec, sensors, common) -> VirtualSpec:
     """Parse and validate the ``[virtual]`` table of a rig file (keys: see
     ``instruments/virtual-cantilever.toml``) for the PS beam ``physical`` and the
-    :class:`~hbtest.sensors.SensorLayout` ``sensors``; ``common``: the
-    :class:`~hbtest.schema.RigCommon` (or a mapping with ``sample_rate_hz`` and
+    :class:`~hbtest.method.sensors.SensorLayout` ``sensors``; ``common``: the
+    :class:`~hbtest.config.section.RigCommon` (or a mapping with ``sample_rate_hz`` and
     ``actuators``). Every problem is a ConfigError naming the key."""
     if isinstance(common, RigCommon):
         fs, actuators = float(common.sample_rate_hz), tuple(common.actuators)

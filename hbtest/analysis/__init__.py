@@ -1,0 +1,1 @@
+"""Analysis of stores: FRFs and their uncertainty (``frf``), modal fits (``modal``), Bode and convergence plots (``plot``), netCDF/UFF export (``export``), re-reduction with another calibration (``reduce``)."""

@@ -1,0 +1,1 @@
+"""The method: the equations of Fourier-domain iterative hybrid testing, no I/O (harmonic convention, Broyden primitives, estimators, sensor reduction, PS/NS synchronisation, structures and substructuring)."""

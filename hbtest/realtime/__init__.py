@@ -1,0 +1,1 @@
+"""Classical real-time hybrid testing, the method hbtest's iterative one is compared with: delay-stability (substructurability) analysis (``stability``) and the time-stepping loop with its compensators (``classical``)."""

@@ -1,0 +1,1 @@
+"""Simulated instruments over real wire protocols, for ``hbtest serve`` and the driver tests: the box (``box``), HELIC-DAQ v3 (``helic``), the SCPI bench (``scpi``: 33500B, InfiniiVision, Red Pitaya) and a scripted SCPI instrument (``scripted``). The drivers in ``hbtest.rig`` never import this package."""

@@ -1,0 +1,1 @@
+"""Sweep runners: points in order with their store, lock, signals and exit codes (``runner``), every stepped sweep with or without force levels (``stepped``), the per-point strategy (``strategy``), the hybrid arclength continuation through folds (``arclength``)."""

@@ -1,0 +1,76 @@
+"""Names and tuning constants of the hybrid test's continuation (no heavy imports: the config
+layer reads the defaults from here).
+
+Units: the arclength is measured in the scaled coordinates ``z = (V / v_scale, f / f_scale)``
+of :mod:`hbtest.sweep.arclength.continuation` (dimensionless): ``v_scale`` the rig's voltage limit
+[V], ``f_scale`` the width of the sweep band [Hz].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["CONTINUATIONS", "ArclengthSettings", "DEFAULT_MAX_POINTS"]
+
+#: ``sweep.continuation`` values: ``stepped`` (the frequency grid, point after point; the
+#: default) and ``arclength`` (pseudo-arclength through folds, :mod:`hbtest.sweep.arclength`)
+CONTINUATIONS = ("stepped", "arclength")
+
+#: slots an arclength run allocates when the sweep file does not say (``sweep.max_points``)
+DEFAULT_MAX_POINTS = 400
+
+
+@dataclass(frozen=True)
+class ArclengthSettings:
+    """Step control of the hybrid pseudo-arclength continuation (scaled arclength, see the
+    module docstring).
+
+    - ``initial_step`` / ``min_step`` / ``max_step``: the arclength step of the first
+      prediction, the smallest one tried before the trace gives up, the largest one taken;
+    - ``target_iterations``: corrector evaluations a step should need; the next step is
+      scaled by ``target_iterations / used`` within ``[min_factor, max_factor]``;
+    - ``max_corrector_iterations``: evaluations of one corrector before the step is halved
+      (and the rig Jacobian re-measured);
+    - ``frequency_fd_fraction``: the frequency step of the rig's ``dY/df`` finite difference,
+      as a fraction of the band;
+    - ``model_frequency_step``: relative frequency step of the central difference of the
+      numerical side's explicit ``dR/df`` (a model, no rig time);
+    - ``max_points``: slots of the store, the trace stops when they are full;
+    - ``worst_case_factor``: a point is accepted when the interface error its residual implies
+      is within ``test.accuracy`` (as the hbtest profile) *and* the worst error any residual
+      of that size could imply (the 2-norm of the residual-to-displacement operator times the
+      residual norm) within this multiple of it: the Broyden-carried rig Jacobian judges the
+      amplification well but the direction less so (measured on sweeps/cubic-interface.toml:
+      estimates of 0.25 % came with true errors up to 1.1 % without this rule; 2: 1.06 % with
+      the twin's default seed; 1.5: 0.61 %, at twice the points; 1: stalls at 16 Hz on noise);
+    - ``fold_confirm_points``, ``fold_retreat``: a fold is reported once ``df/ds`` has opposed
+      the branch for this many points in a row and the trace has gone back from the extreme
+      frequency by this fraction of the band (measured points near a fold wiggle by a few mHz:
+      0.25 % of a 4 Hz band is 10 mHz);
+    - ``max_voltage_step_factor``: a corrector step changes no voltage by more than this
+      multiple of ``solver.max_step_v``;
+    - ``pool_prior_fraction``: a corrector's evaluations are pooled at its last one (the
+      hbtest profile's records are capped in length: a point reaches the noise its accuracy
+      needs by pooling, :meth:`hbtest.point.PointLoop.pool` over the scaled ``(V, f)``); the
+      prior standard deviation of the carried rig Jacobian ``[dY/dV, dY/df]`` entries, a
+      fraction of the largest entry of each row. The corrections within a corrector are
+      small, and the pool's uncertainty of them is this fraction times the step: measured on
+      sweeps/cubic-interface.toml 16.0-16.5 Hz, seed 1, 0.3 (the point profile's) -> 45
+      points, 0.1 -> 56, 0.03 -> 34 (no pooling: over 60; before the capped records: 29).
+      Without a pooling profile the last evaluation is used alone."""
+
+    initial_step: float = 0.01
+    min_step: float = 1e-4
+    max_step: float = 0.05
+    target_iterations: int = 3
+    min_factor: float = 0.5
+    max_factor: float = 2.0
+    max_corrector_iterations: int = 8
+    frequency_fd_fraction: float = 2e-3
+    model_frequency_step: float = 1e-6
+    max_points: int = DEFAULT_MAX_POINTS
+    max_voltage_step_factor: float = 4.0
+    worst_case_factor: float = 1.5
+    fold_confirm_points: int = 2
+    fold_retreat: float = 2.5e-3
+    pool_prior_fraction: float = 0.03
