@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from hbtest.cli import main
 from hbtest.config import load_rig, load_sweep
 from hbtest.errors import ConfigError
-from hbtest.sweep.stepped import backbone, has_levels, peak_parabola, slot_amplitudes, slot_legs, slot_levels
+from hbtest.analysis.backbone import backbone, has_levels, peak_parabola
+from hbtest.sweep.stepped import slot_amplitudes, slot_legs, slot_levels
 from hbtest.analysis.frf import frf, frf_uncertainty
 from hbtest.rig import open_rig
 from hbtest.store import RunStore

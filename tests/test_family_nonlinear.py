@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from hbtest.config import load_rig, load_sweep
-from hbtest.sweep.stepped import backbone, exact_peak, joined_reference
+from hbtest.analysis.backbone import backbone
+from hbtest.sweep.stepped import exact_peak, joined_reference
 from hbtest.sweep.runner import run
 
 SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"

@@ -435,3 +435,44 @@ def test_check_compatible_before_resume(tmp_path):
         s.check_compatible(harmonics=(1,))
     with pytest.raises(UserError, match="max_iterations"):
         s.check_compatible(max_iterations=11)
+
+
+def test_a_finished_store_opens_as_a_user_types_it_and_stays_consolidated_on_resume(tmp_path):
+    """``xr.open_zarr(path)`` without arguments: no warning (consolidated metadata present), the
+    same variables and attributes as the arrays' own metadata; after a later status change (a
+    resume's running then completed) still so; a store written before consolidation (its root
+    entry removed) gets it when its status is next made final."""
+    import json
+    import warnings
+
+    import xarray as xr
+
+    from hbtest.config import load_sweep
+    from hbtest.store import RunStore
+    from hbtest.sweep.runner import run
+
+    root = Path(__file__).resolve().parents[1]
+    over = ["sweep.start_hz=18.2", "sweep.stop_hz=18.3", "sweep.points=2"]
+    path = tmp_path / "s.zarr"
+    run(load_sweep(root / "sweeps" / "paper-cantilever.toml", over), path, plot=False, overrides=over)
+
+    def opened_as_typed():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            return xr.open_zarr(path).load()
+
+    plain = xr.open_zarr(path, consolidated=False).load()
+    ds = opened_as_typed()
+    assert ds.attrs == plain.attrs and set(ds.variables) == set(plain.variables)
+    assert bool(ds.done.all()) and ds.attrs["status"] == "completed"
+    store = RunStore.open(path)
+    store.set_status("running")
+    store.set_status("completed", message="resumed")
+    assert opened_as_typed().attrs["message"] == "resumed"
+    meta = json.loads((path / "zarr.json").read_text())
+    meta.pop("consolidated_metadata")
+    (path / "zarr.json").write_text(json.dumps(meta))
+    with pytest.warns(Warning):
+        xr.open_zarr(path)
+    RunStore.open(path).set_status("completed")
+    assert set(opened_as_typed().variables) == set(plain.variables)

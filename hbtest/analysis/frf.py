@@ -123,6 +123,8 @@ __all__ = [
     "frf",
     "frf_dataset",
     "relative_error",
+    "exact_frf",
+    "dense_exact_frf",
     "ResonanceEstimate",
     "fit_resonance",
     "resonance",
@@ -192,6 +194,57 @@ def frf_dataset(ds):
     res["converged"] = ds["converged"]
     res["done"] = ds["done"]
     return res
+
+
+#: frequencies of the dense exact curve across a store's band (the Bode plot's reference line)
+DENSE_POINTS = 600
+
+
+def exact_frf(ds, frequencies_hz):
+    """The twin's exact hybrid FRF ``U_1 / F_1`` (n, 2 dofs: u, theta) [m/N, rad/N] at any
+    frequencies, from the store's verbatim sweep and rig texts and its seed: the closed form of
+    the numerical side joined to the twin's emulated physical side, as the sweep stores it at its
+    points (``reference_interface_displacement``). None where there is no such closed form: a
+    store not of a virtual rig, a nonlinear side (its curve has folds: the stored points are the
+    reference), a stepped-force family, or a store without its texts."""
+    from ..config import load_rig, load_sweep
+    from ..errors import UserError
+    from ..rig import open_rig
+    from ..rig.capabilities import ExactReference, KnownPhysicalSide
+
+    a = ds.attrs
+    legs = np.unique(ds["leg"].values) if "leg" in ds.coords else np.zeros(1)
+    if legs.size > 1 or not (a.get("sweep_text") and a.get("rig_text")):
+        return None
+    try:
+        cfg = load_sweep(a["sweep_path"], a.get("overrides") or (), text=a["sweep_text"])
+        rig_cfg = load_rig(a["rig_path"], a.get("rig_overrides") or (), text=a["rig_text"])
+    except UserError:  # provenance text the current readers cannot read
+        return None
+    if rig_cfg.kind != "virtual" or not cfg.numerical.is_linear:
+        return None
+    rig = open_rig(rig_cfg, seed=int(a.get("seed", 0)))
+    try:
+        if not (isinstance(rig, ExactReference) and isinstance(rig, KnownPhysicalSide) and rig.ps_is_linear):
+            return None
+        ns = cfg.numerical.substructure()
+        F = cfg.excitation.force_vector(ns)
+        U = np.array([rig.emulated_interface_response(ns, F, float(f), [1])[:, 0] for f in np.atleast_1d(frequencies_hz)])
+    finally:
+        rig.close()
+    return U / cfg.excitation.amplitude
+
+
+def dense_exact_frf(ds, points: int = DENSE_POINTS):
+    """``(frequencies, H)`` of :func:`exact_frf` on ``points`` frequencies evenly over the
+    store's finished band, or None (see :func:`exact_frf`): its peak lies between grid points."""
+    f = np.asarray(ds["frequency"].values, dtype=float)[np.asarray(ds["done"].values, dtype=bool)]
+    f = f[np.isfinite(f)]
+    if f.size < 2:
+        return None
+    grid = np.linspace(f.min(), f.max(), int(points))
+    H = exact_frf(ds, grid)
+    return None if H is None else (grid, H)
 
 
 def relative_error(ds, harmonic: int = 1):

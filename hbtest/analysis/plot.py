@@ -2,7 +2,9 @@
 
 - :func:`bode_figure` / :func:`bode_png` — magnitude and phase of u/F and θ/F (harmonic 1)
   against frequency: converged points as filled markers joined per sweep leg, non-converged
-  points as red crosses, the exact reference (virtual rigs) as a black line, and a shaded
+  points as red crosses, the exact reference (virtual rigs) as a black line (the twin's closed
+  form on a dense grid across the band where there is one, :func:`hbtest.analysis.frf.dense_exact_frf`:
+  the peak lies between grid points; else the stored reference at the points), and a shaded
   band of ±2 standard uncertainties (:func:`hbtest.analysis.frf.frf_uncertainty`: measured noise and
   final residual) around the converged measured magnitude and phase, when the store holds
   what that needs (its verbatim sweep text).
@@ -13,7 +15,7 @@
   :mod:`hbtest.sweep.stepped`): interface amplitude ``|u_1|`` [m] against frequency, one curve per
   force level (converged points joined in test order within each leg, so a traced curve that
   turns back in frequency is drawn as traced), the backbone through the levels' peaks
-  (:func:`hbtest.sweep.stepped.backbone`: parabola through the three highest points), and below the
+  (:func:`hbtest.analysis.backbone.backbone`: parabola through the three highest points), and below the
   receptance ``|u_1|/F`` [m/N] of every level (equal for a linear structure).
 
 PNG files go next to the store by default: ``runs/x.zarr`` gives ``runs/x-bode.png`` and
@@ -120,8 +122,28 @@ def _bode_measured(am, ap, f, leg, done, conv, order, Hm, u_mag, u_ph, j: int) -
             ap.plot(f[sel][~c], ph[~c], "x", color="red", ms=7, mew=1.5)
 
 
+def _bode_reference(am, ap, f, done, order, Hr, dense, j: int) -> None:
+    """The exact reference of DOF ``j``: the twin's closed form as a dense curve across the band
+    (``dense``: its peak lies between the grid's points), else the stored reference at the
+    measured points joined in order (a nonlinear curve's own points, an arclength trace)."""
+    if dense is not None:
+        fd, Hd = dense
+        am.plot(fd, np.abs(Hd[:, j]), "-", color="black", lw=1.0, label="reference (exact)")
+        ap.plot(fd, np.degrees(np.unwrap(np.angle(Hd[:, j]))), "-", color="black", lw=1.0)
+        return
+    if Hr is None:
+        return
+    sel = done & np.isfinite(Hr[:, j])
+    o = order(f[sel])
+    ref = Hr[sel, j][o]
+    am.plot(f[sel][o], np.abs(ref), "-", color="black", lw=1.0, label="reference (exact, at the points)")
+    ap.plot(f[sel][o], np.degrees(np.unwrap(np.angle(ref))), "-", color="black", lw=1.0)
+
+
 def bode_figure(ds, harmonic: int = 1):
     """The Bode figure of a run dataset (see module docstring)."""
+    from .frf import dense_exact_frf
+
     fig = _figure()
     axes = fig.subplots(2, 2, sharex=True)
     done = np.asarray(ds["done"].values, dtype=bool)
@@ -131,17 +153,13 @@ def bode_figure(ds, harmonic: int = 1):
     # an arclength trace is drawn in test (trace) order: through its folds, not sorted by f
     order = (lambda x: np.arange(x.size)) if ds.attrs.get("continuation") == "arclength" else (lambda x: np.argsort(x, kind="stable"))
     Hm, u_mag, u_ph, Hr = _bode_frfs(ds, harmonic)
+    dense = dense_exact_frf(ds) if Hr is not None and harmonic == 1 else None
     labels = [("u", "|u/F| [m/N]", "∠u/F [deg]"), ("theta", "|θ/F| [rad/N]", "∠θ/F [deg]")]
     dof_index = {str(d): i for i, d in enumerate(ds["dof"].values)}
     for col, (dof, mag_label, ph_label) in enumerate(labels):
         j = dof_index[dof]
         am, ap = axes[0, col], axes[1, col]
-        if Hr is not None:
-            sel = done & np.isfinite(Hr[:, j])
-            o = order(f[sel])
-            ref = Hr[sel, j][o]
-            am.plot(f[sel][o], np.abs(ref), "-", color="black", lw=1.0, label="reference (exact)")
-            ap.plot(f[sel][o], np.degrees(np.unwrap(np.angle(ref))), "-", color="black", lw=1.0)
+        _bode_reference(am, ap, f, done, order, Hr, dense, j)
         _bode_measured(am, ap, f, leg, done, conv, order, Hm, u_mag, u_ph, j)
         am.set_yscale("log")
         am.set_ylabel(mag_label)
@@ -253,7 +271,7 @@ def family_figure(ds, dof: str = "u", harmonic: int = 1):
     Points are drawn in test order within each leg (not sorted by frequency)."""
     from matplotlib import colormaps
 
-    from ..sweep.stepped import backbone
+    from .backbone import backbone
 
     fig = _figure(8.0, 7.5)
     ax, ar = fig.subplots(2, 1, sharex=True)

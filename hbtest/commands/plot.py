@@ -16,12 +16,12 @@ def register(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
+    from ..analysis.backbone import has_levels
     from ..analysis.export import check_intact
     from ..analysis.frf import format_sync_table, sync_table
     from ..analysis.plot import bode_png, convergence_png, default_png_path, family_png
     from ..errors import UserError
     from ..store import open_run
-    from ..sweep.stepped import has_levels
 
     check_intact(args.store)  # UserError for a missing, foreign or damaged store
     ds = open_run(args.store)

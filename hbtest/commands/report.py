@@ -1,7 +1,7 @@
 """``hbtest report STORE [--json]``: a text summary of a run store — points, convergence, the
 sync metrics per interface variable and harmonic (:func:`hbtest.method.ps_ns_sync.sync_summary`: PS vs NS
 amplitude ratio and phase, as in the published paper's table) and, for a stepped-force
-family, the backbone (:func:`hbtest.sweep.stepped.backbone`). ``--json`` prints one JSON object."""
+family, the backbone (:func:`hbtest.analysis.backbone.backbone`). ``--json`` prints one JSON object."""
 
 from __future__ import annotations
 
@@ -30,10 +30,10 @@ def report(store) -> dict:
     """The report of a run store as a JSON-able dict."""
     import numpy as np
 
+    from ..analysis.backbone import backbone, has_levels
     from ..analysis.export import check_intact
     from ..method.ps_ns_sync import sync_summary
     from ..store import open_run
-    from ..sweep.stepped import backbone, has_levels
 
     check_intact(store)  # UserError for a missing, foreign or damaged store
     ds = open_run(store)

@@ -338,10 +338,29 @@ def _allocation(n: int, sizes: dict, options: dict) -> tuple[dict, dict]:
     return data_vars, encoding
 
 
+def consolidate(path) -> None:
+    """Write the store's consolidated metadata (every array's metadata in the root
+    ``zarr.json``), so ``xr.open_zarr(path)`` as a user types it opens it without a warning.
+    The arrays are allocated whole when the store is created and never change shape, and a
+    root attribute update keeps the consolidated entry: the metadata stays valid while points
+    are written and on resume. Consolidated after creation and at every final status (a store
+    written before consolidation gets it when a resume ends). zarr warns that consolidated
+    metadata is not in the v3 specification yet; xarray reads it, and readers that do not fall
+    back to the arrays' own metadata."""
+    import warnings
+
+    import zarr
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")
+        zarr.consolidate_metadata(str(path))
+
+
 def _write_new(ds, encoding: dict, target: Path, replaces: Path | None) -> None:
     """Write the new store at ``target`` and, when it ``replaces`` one, swap it in there."""
     try:
         ds.to_zarr(str(target), mode="w-", zarr_format=3, consolidated=False, encoding=encoding)
+        consolidate(target)
     except OSError as e:
         shutil.rmtree(target, ignore_errors=True)
         raise UserError(f"{replaces or target}: cannot write the run store ({e.strerror or e})") from None
@@ -654,6 +673,8 @@ class RunStore:
             new["finished_utc"] = now
         g = zarr.open_group(str(self.path), mode="r+")
         g.attrs.update(new)
+        if status != "running":
+            consolidate(self.path)
 
     def set_attrs(self, **attrs) -> None:
         """Add or replace group attributes (JSON-able values, e.g. an analysis result such

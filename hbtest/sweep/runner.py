@@ -490,8 +490,8 @@ def _finish(cfg, store: RunStore, rig, progress, plot):
         png = bode_png(store.path)
         if progress:
             progress(PlotWritten(str(png)))
+        from ..analysis.backbone import has_levels
         from ..analysis.plot import family_png
-        from .stepped import has_levels
 
         if has_levels(store.dataset()):
             png = family_png(store.path)
