@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import copy
 import ipaddress
+import select
 import socket
 import struct
 import threading
@@ -73,6 +74,10 @@ NC = 1 + 2 * HARMONICS
 UDP_SEGMENT = 103  # Linux <linux/udp.h>: one send call, the kernel cuts it into datagrams of the given size
 GSO_SEGMENTS = 40  # datagrams per send call at most (40 x 1472 bytes < 64 KiB)
 ARM_KEY = "arm"
+MAX_RAMP_S = 10.0  # device time [s] a demand ramp takes at most (ramp_periods / freq beyond it: this long)
+F_MIN = 0.01  # Hz: the twin is driven at this frequency at least (freq accepts 0 <= f < fs / 2)
+CHUNK_SAMPLES = 1 << 17  # a longer stream is simulated and sent chunk by chunk (bounded memory)
+KEEPALIVE = (2, 2, 5)  # s idle, s between probes, probes: a silently vanished host is dropped after ~12 s
 
 
 @dataclass
@@ -104,11 +109,19 @@ class _Stream:
 
 @dataclass
 class _Gate:
+    """The safety gate ("Parameter discovery": ``safety`` bit0 armed, bit1 latched trip,
+    bit2 clamped, bit3 quieted). A gated rig quiets its outputs on every tick while disarmed
+    or tripped, so ``quieted`` reads set at power-on and after a disarm until ``diag_reset``,
+    and again once a disarmed tick has passed. ``gated = False`` (a test hook, never from the
+    wire) serves an experiment without a gate as the firmware does: ``arm`` still shows in
+    bit0, nothing is ever quieted, clamped or tripped."""
+
     armed: bool = False
     tripped: bool = False
     clamped: bool = False
-    quieted: bool = False
+    quieted: bool = True
     reason: str = ""
+    gated: bool = True
 
     def bits(self) -> int:
         return int(self.armed) | int(self.tripped) << 1 | int(self.clamped) << 2 | int(self.quieted) << 3
@@ -187,7 +200,7 @@ class HelicDevice:
             _Param(P("output_limit", "f", 1, True), self.max_voltage, True),
             _Param(P("table", "f", TABLE_CAPACITY, True), None),
             _Param(P("table_len", "H", 1, False), 0),
-            _Param(P(ARM_KEY, "I", 1, True), 0, True),
+            _Param(P(ARM_KEY, "I", 1, True), 0),
             _Param(P("safety", "I", 1, False), 0),
             _Param(P("diag_reset", "I", 1, True), 0),
         ]
@@ -206,6 +219,9 @@ class HelicDevice:
             return msg_type, h(payload)
         except CodecError as e:
             return MsgType.ERROR, c.encode_error(e.code, msg_type)
+        except Exception as e:  # noqa: BLE001 - no request may end the device: refused as a bad value
+            self.on_event("refused", f"request type {msg_type} refused: {type(e).__name__}: {e}")
+            return MsgType.ERROR, c.encode_error(ErrorCode.BAD_VALUE, msg_type)
 
     def _status(self, p: bytes) -> bytes:
         self._length(p, 0)
@@ -272,23 +288,32 @@ class HelicDevice:
                 self.dropped = 0
             return b""
         if q.d.name == ARM_KEY:
+            value = int(value != 0)  # any non-zero arms (firmware PlatformGroup)
             self._arm(bool(value))
         q.value = value
         self.pending += int(q.rt)
         return b""
 
     def _validate(self, name: str, value) -> None:
+        """Bad value (6): a non-finite f32 anywhere ("SetPar rejects non-finite f32"), a
+        frequency outside 0 <= f < fs / 2, a ramp outside 0..1000 periods, a negative limit or
+        an output limit beyond the twin's voltage limit."""
         arr = np.atleast_1d(np.asarray(value, dtype=float))
-        bad = (name == "freq" and not 0 < arr[0] < self.fs / 2) \
+        bad = not np.all(np.isfinite(arr)) \
+            or (name == "freq" and not 0 <= arr[0] < self.fs / 2) \
             or (name == "ramp_periods" and not 0 <= arr[0] <= 1000) \
             or (name in ("input_limit", "output_limit") and np.any(arr < 0)) \
-            or (name == ARM_KEY and arr[0] not in (0, 1))
+            or (name == "output_limit" and arr[0] > self.max_voltage)
         if bad:
             raise CodecError(f"bad value for {name}", ErrorCode.BAD_VALUE)
 
     def _arm(self, on: bool) -> None:
+        """Arm (clears a stale trip) or disarm; local to the device, no queued command."""
         if on:
             self.gate.tripped, self.gate.reason = False, ""  # arming clears a stale trip
+        elif self.gate.gated:
+            self._quiet()
+            self.gate.quieted = True
         self.gate.armed = on
 
     def _set_block(self, p: bytes) -> bytes:
@@ -333,16 +358,18 @@ class HelicDevice:
         """The effective demand ``(f, V (2, n), orders)`` after the safety gate."""
         f = float(self.value("freq"))
         V = np.stack([_complex(self.value("forcing_coeffs")), _complex(self.value("forcing2_coeffs"))])
+        used = np.flatnonzero(np.any(V != 0, axis=0))
+        orders = np.union1d(used, [1])  # the twin's orders: those in use, and the fundamental
+        if not self.gate.gated:
+            return max(f, F_MIN), V[:, orders], orders
         limit = float(self.value("output_limit"))
         peak = safety.peak_bound(V)
         self.gate.clamped |= bool(np.any(peak > limit * (1 + safety.LIMIT_TOLERANCE)))
         V = V * np.minimum(1.0, limit / np.maximum(peak, 1e-300))[:, None]
-        if np.any(V != 0) and not (self.gate.armed and not self.gate.tripped):
+        if not (self.gate.armed and not self.gate.tripped):
             self.gate.quieted = True
             V = np.zeros_like(V)
-        used = np.flatnonzero(np.any(V != 0, axis=0))
-        orders = np.union1d(used, [1])  # the twin's orders: those in use, and the fundamental
-        return f, V[:, orders], orders
+        return max(f, F_MIN), V[:, orders], orders
 
     def apply_pending(self) -> None:
         """Apply the queued commands at this sample boundary: the epoch advances by their
@@ -353,7 +380,7 @@ class HelicDevice:
         self.epoch = (self.epoch + self.pending) % c.EPOCH_MODULUS
         self.pending = 0
         f, V, orders = self._demand()
-        self.twin.set_demand(f, V, orders, float(self.value("ramp_periods")))
+        self.twin.set_demand(f, V, orders, min(float(self.value("ramp_periods")), MAX_RAMP_S * f))
         self._applied = (f, V, orders)
 
     def _quiet(self) -> None:
@@ -369,64 +396,74 @@ class HelicDevice:
         device still driving (a test caught that window under load)."""
         self._ahead = None
         self._quiet()
-        self.gate.armed = False
+        self._arm(False)
         self.params[self.index[ARM_KEY]].value = 0
         self.stream_cfg = _Stream()
         self.pending = 0
 
     def stream(self) -> Iterator[np.ndarray]:
         """The datagrams of the configured count-limited stream, as runs: uint8 arrays
-        (datagrams, bytes), one datagram per row, consecutive datagrams of one size."""
+        (datagrams, bytes), one datagram per row, consecutive datagrams of one size. A stream
+        longer than CHUNK_SAMPLES is simulated chunk by chunk as it is sent (whole datagrams
+        per chunk): memory stays bounded, and the sender may stop between chunks."""
         ahead, self._ahead = self._ahead, None
         cfg = self.stream_cfg
         hit = ahead is not None and not self.pending and ahead.key == (cfg.decimation, cfg.count, cfg.sources)
         self._after_write = self.pending > 0
         self.apply_pending()
-        n = cfg.count * cfg.decimation
+        self.gate.quieted |= self.gate.gated and not (self.gate.armed and not self.gate.tripped)
+        n, dec = cfg.count * cfg.decimation, cfg.decimation
         first = int(round(self.twin.elapsed_s * self.fs))
         names = [self.sources[s][0] for s in cfg.sources]
-        if ahead is not None and hit and ahead.first == first:
-            self.twin, cols = ahead.take()
-            self.ahead_counts["taken"] += 1
-        else:  # a command queued or another stream: the twin was not advanced by it, it simulates
-            self.ahead_counts["discarded"] += ahead is not None
-            cols = self._sample(self.twin, n, names)
-        values = self._columns(cols, names)[::cfg.decimation]
-        idx = first + cfg.decimation * np.arange(cfg.count, dtype=np.int64)
         faults = Faults()
         if any(x in self.channels for x in names):
             faults, self.faults = self.faults, Faults()
-        yield from self._packets(values, idx, cfg.decimation, faults)
+        if ahead is not None and hit and ahead.first == first:
+            self.twin, cols = ahead.take()
+            self.ahead_counts["taken"] += 1
+            yield from self._packets(self._columns(cols, names, n)[::dec], first, dec, faults, 0)
+            return
+        self.ahead_counts["discarded"] += ahead is not None
+        per = c.records_per_packet(len(names))
+        step = n if faults != Faults() else max(1, CHUNK_SAMPLES // (per * dec)) * per * dec
+        seq = 0
+        for start in range(0, n, step):
+            k = min(step, n - start)
+            values = self._columns(self._sample(self.twin, k, names), names, k)[::dec]
+            yield from self._packets(values, first + start, dec, faults, seq)
+            seq += -(-values.shape[0] // per)
 
     def look_ahead(self) -> None:
         """After the first stream of input channels since a command took effect, simulate the
         next record of the same stream in a worker thread (module docstring, "Look-ahead")."""
         cfg = self.stream_cfg
         names = [self.sources[s][0] for s in cfg.sources]
-        if cfg.configured and self._after_write and not self.pending and any(x in self.channels for x in names):
+        small = cfg.count * cfg.decimation <= CHUNK_SAMPLES
+        if cfg.configured and small and self._after_write and not self.pending and any(x in self.channels for x in names):
             self._ahead = _Ahead(self, (cfg.decimation, cfg.count, cfg.sources), cfg.count * cfg.decimation, names)
 
     def _sample(self, twin, n: int, names) -> dict:
         """The next ``n`` samples of ``twin`` as columns by source name; ``cmd_epoch`` alone
         advances it without recording (the in-process ``wait``). Touches nothing but ``twin``."""
         if not any(x != "cmd_epoch" for x in names):
-            twin.wait(n * float(self.value("freq")) / self.fs)
+            twin.wait(n * twin.demand.frequency_hz / self.fs)
             return {}
         acq = twin.acquire_samples(n)
         cols = {ch: acq.data[ch] for ch in self.channels}
         cols["phase"] = (np.mod(acq.frequency_hz * acq.t, 1.0) * 2.0**32 // 1 / 2.0**32).astype(np.float32)
         return cols
 
-    def _columns(self, cols: dict, names) -> np.ndarray:
-        """(n, len(names)) f32 values of sampled ``cols``; checks the input limits."""
+    def _columns(self, cols: dict, names, n: int) -> np.ndarray:
+        """(n, len(names)) f32 values of ``n`` sampled ``cols``; checks the input limits."""
         if not cols:
-            return np.full((self.stream_cfg.count * self.stream_cfg.decimation, len(names)), self.epoch, np.float32)
+            return np.full((n, len(names)), self.epoch, np.float32)
         self._check_inputs(cols)
-        n = len(cols["phase"])
         cols = dict(cols, cmd_epoch=np.full(n, self.epoch, float))
         return np.stack([np.asarray(cols[x], np.float32) for x in names], axis=1)
 
     def _check_inputs(self, cols) -> None:
+        if not self.gate.gated:
+            return
         lim = np.asarray(self.value("input_limit"), float)
         for ch, L in zip(self.channels, lim):
             if L > 0 and np.max(np.abs(cols[ch])) > L:
@@ -437,15 +474,18 @@ class HelicDevice:
                 self.gate.armed = False
                 return
 
-    def _packets(self, values, idx, dec, faults):
+    def _packets(self, values, first: int, dec: int, faults: Faults, seq0: int):
+        """The datagrams of ``values`` (records from sample ``first``, every ``dec``-th),
+        sequence numbers from ``seq0``."""
+        idx = first + dec * np.arange(values.shape[0], dtype=np.int64)
         if faults == Faults():
-            yield from _whole_packets(values, idx, dec, self.dropped)
+            yield from _whole_packets(values, idx, dec, self.dropped, seq0)
             return
         n, m = values.shape
         per = c.records_per_packet(m)
         raw = np.ascontiguousarray(values, dtype="<f4").tobytes()
         idx = idx.tolist()
-        seq, i = 0, 0
+        seq, i = seq0, 0
         while i < n:
             if seq == 1 and faults.ring_drops:
                 self.dropped += faults.ring_drops
@@ -460,7 +500,7 @@ class HelicDevice:
             seq += 1
 
 
-def _whole_packets(values: np.ndarray, idx: np.ndarray, dec: int, dropped: int) -> Iterator[np.ndarray]:
+def _whole_packets(values: np.ndarray, idx: np.ndarray, dec: int, dropped: int, seq0: int = 0) -> Iterator[np.ndarray]:
     """The datagrams of a stream without faults, built as one array (header + records per row):
     the full datagrams as one run, the shorter last one as another."""
     n, m = values.shape
@@ -470,7 +510,7 @@ def _whole_packets(values: np.ndarray, idx: np.ndarray, dec: int, dropped: int) 
     rows[:n] = values
     heads = np.zeros(count, c.PACKET_DTYPE)
     heads["magic"], heads["version"], heads["m"], heads["dec"], heads["n"] = c.MAGIC, c.VERSION, m, dec, per
-    heads["seq"] = np.arange(count)
+    heads["seq"] = (seq0 + np.arange(count)) & 0xFFFFFFFF
     heads["first"] = idx[::per] & 0xFFFFFFFF
     heads["dropped"] = dropped & 0xFFFFFFFF
     heads["n"][-1] = n - per * (count - 1)
@@ -592,11 +632,14 @@ class HelicServer:
                 continue
             except OSError:
                 return
+            self._conn = conn
             self.on_event("connected", f"host {addr[0]}:{addr[1]} connected")
             try:
                 self._session(conn, addr[0])
             except OSError:
                 pass
+            except Exception as e:  # noqa: BLE001 - the control thread serves the next host whatever happened
+                self.on_event("error", f"host {addr[0]}:{addr[1]} dropped: {type(e).__name__}: {e}")
             finally:
                 conn.close()
                 with self._lock:
@@ -605,6 +648,7 @@ class HelicServer:
 
     def _session(self, conn: socket.socket, peer: str) -> None:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _keepalive(conn)
         conn.settimeout(POLL_S)
         reader = c.FrameReader()
         while not self._stop.is_set():
@@ -634,21 +678,27 @@ class HelicServer:
                     conn.sendall(c.encode_frame(MsgType.ERROR, seq, c.encode_error(ErrorCode.BAD_VALUE, msg_type)))
                     return
                 conn.sendall(c.encode_frame(msg_type, seq))
-                self._send_stream((peer, struct.unpack("<H", payload)[0]))
-                self.device.look_ahead()
+                try:
+                    self._send_stream((peer, struct.unpack("<H", payload)[0]), conn)
+                    self.device.look_ahead()
+                except Exception as e:  # noqa: BLE001 - acknowledged already: the stream ends short, the host sees it
+                    self.on_event("error", f"stream ended: {type(e).__name__}: {e}")
                 return
             rtype, body = self.device.handle(msg_type, payload)
         conn.sendall(c.encode_frame(rtype, seq, body))
 
-    def _send_stream(self, dest) -> None:
+    def _send_stream(self, dest, conn: socket.socket | None = None) -> None:
         """Send the started stream's datagrams to ``dest``: the first :func:`burst_datagrams`
         back to back, then at most PACE_RATE a second; up to GSO_SEGMENTS datagrams of one
         size go out in one send call where the system segments them (UDP GSO: the same
-        datagrams on the wire)."""
+        datagrams on the wire). The stream ends early when the server stops or the host's
+        next request arrives on ``conn`` (a StreamStop, say: it is answered next)."""
         if dest[0] not in self._bursts:
             self._bursts[dest[0]] = burst_datagrams(dest[0])
         burst, sent, t0 = self._bursts[dest[0]], 0, 0.0
         for run in self.device.stream():
+            if self._stop.is_set() or conn is not None and select.select([conn], [], [], 0)[0]:
+                return
             for k in range(0, len(run), GSO_SEGMENTS):
                 part = run[k:k + GSO_SEGMENTS]
                 if sent >= burst:
@@ -676,3 +726,12 @@ class HelicServer:
                 udp.sendto(datagram, dest)
         except OSError:
             pass  # UDP is best effort: the host sees the gap
+
+
+def _keepalive(conn: socket.socket) -> None:
+    """TCP keep-alive on the control connection ("Parameter discovery": a host that vanishes
+    silently is detected by unanswered probes within about 10 s, and the device disarms):
+    KEEPALIVE idle, interval and count (Linux socket options)."""
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for opt, v in zip((socket.TCP_KEEPIDLE, socket.TCP_KEEPINTVL, socket.TCP_KEEPCNT), KEEPALIVE):
+        conn.setsockopt(socket.IPPROTO_TCP, opt, v)
