@@ -185,7 +185,8 @@ def test_discovery_pages_match_status(served):
     with open_rig(load_rig(path)) as rig:
         assert len(rig.params) == rig.status.n_params and len(rig.sources) == rig.status.n_sources
         assert rig.K == 16 and rig.status.version == c.VERSION
-        assert list(rig.sources)[-2:] == ["phase", "cmd_epoch"]
+        assert list(rig.sources) == ["l1", "l2", "g1", "g2", "target", "forcing", "table", "phase", "out", "out2",
+                                     "cmd_epoch"]  # inputs, programme signals, outputs after the gate, cmd_epoch
 
 
 def test_rig_check_identifies_the_device_and_leaves_it_disarmed(served, capsys):
@@ -195,7 +196,7 @@ def test_rig_check_identifies_the_device_and_leaves_it_disarmed(served, capsys):
     assert main(["rig", "check", str(path)]) == 0
     out = capsys.readouterr().out
     assert "instrument: HELIC-DAQ v3 hbtest-twin" in out and "kind helic" in out
-    assert "forcing_coeffs" in out and "sources: l1, l2, g1, g2, phase, cmd_epoch" in out
+    assert "forcing_coeffs" in out and "sources: l1, l2, g1, g2, target, forcing, table, phase, out, out2, cmd_epoch" in out
     for ch in ("l1", "l2", "g1", "g2"):
         assert re.search(rf"^\s+{ch}\s", out, re.M)
     assert not srv.device.gate.armed and srv.device.value("arm") == 0

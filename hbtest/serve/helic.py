@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import copy
 import ipaddress
+import math
 import select
 import socket
 import struct
@@ -77,6 +78,17 @@ ARM_KEY = "arm"
 MAX_RAMP_S = 10.0  # device time [s] a demand ramp takes at most (ramp_periods / freq beyond it: this long)
 F_MIN = 0.01  # Hz: the twin is driven at this frequency at least (freq accepts 0 <= f < fs / 2)
 CHUNK_SAMPLES = 1 << 17  # a longer stream is simulated and sent chunk by chunk (bounded memory)
+TIMING = ("loop_time_last", "loop_time_max", "clock_jitter", "overruns", "tick_timeouts",
+          "wake_phase_min", "wake_phase_max", "t_measure_max", "t_actuate_max", "t_rest_max")
+WAKE_UNSET = 0xFFFFFFFF  # wake_phase_min until the rig reports a sample-clock phase
+TABLE_SETTINGS = (("table_freq", "f", 0.0), ("table_gain", "f", 1.0), ("table_interp", "I", 1), ("table_mode", "I", 0),
+                  ("table_mult", "I", 1), ("table_phase", "f", 0.0), ("table_trigger", "I", 0))
+TABLE_MODES = 5  # 0 off, 1 loop, 2 one-shot, 3 locked loop, 4 locked one-shot
+REBOOT_CONFIRMATION = 0x52454254
+# programme signals, then the outputs after the gate ("Source discovery"): out drives actuator 1
+# (target + forcing + table), out2 actuator 2 (forcing2)
+PROGRAMME = (("target", "V"), ("forcing", "V"), ("table", "V"), ("phase", "turn"), ("out", "V"), ("out2", "V"))
+SIGNALS = ("target", "forcing", "table", "out", "out2")  # computed on the device, from its state
 KEEPALIVE = (2, 2, 5)  # s idle, s between probes, probes: a silently vanished host is dropped after ~12 s
 
 
@@ -97,6 +109,16 @@ class _Param:
     d: ParamDef
     value: object
     rt: bool = False  # a write enters the RT command queue (advances cmd_epoch)
+
+
+@dataclass
+class _Playback:
+    """A one-shot table as it plays: ``origin`` the sample index it was triggered at (None:
+    never); ``left`` the master turns a locked one-shot still plays (inf: waiting for the next
+    master wrap; None: not playing)."""
+
+    origin: int | None = None
+    left: float | None = None
 
 
 @dataclass
@@ -179,30 +201,36 @@ class HelicDevice:
         self.ahead_counts = dict(taken=0, discarded=0)  # records simulated ahead, served or not
         self._after_write = False  # the last stream applied queued commands
         self._staged = np.zeros(TABLE_CAPACITY, np.float32)
+        self.table: np.ndarray | None = None  # the committed table
+        self._trigger = False  # a table_trigger queued
+        self.playback = _Playback()
+        self.reboot_requested = False
         self.params = self._registry(rig_config)
         self.index = {p.d.name: i for i, p in enumerate(self.params)}
-        self.sources = [(ch, "V") for ch in self.channels] + [("phase", "turn"), ("cmd_epoch", "count")]
+        self.sources = [(ch, "V") for ch in self.channels] + list(PROGRAMME) + [("cmd_epoch", "count")]
 
     def _registry(self, rig_config) -> list[_Param]:
+        """The v3 base registry in the specification's order ("Parameter discovery"), then
+        this experiment's own parameters."""
         fw = f"{__version__} twin"[:16]
         P = ParamDef
-        return [
-            _Param(P("firmware", "c", 16, False), fw),
-            _Param(P("experiment", "c", 16, False), EXPERIMENT),
-            _Param(P("sample_freq", "f", 1, False), self.fs),
-            _Param(P("ticks", "I", 1, False), 0),
-            _Param(P("records_dropped", "I", 1, False), 0),
-            _Param(P("freq", "f", 1, True), 10.0, True),
-            _Param(P("forcing_coeffs", "f", NC, True), np.zeros(NC), True),
+        base = [_Param(P("firmware", "c", 16, False), fw), _Param(P("experiment", "c", 16, False), EXPERIMENT),
+                _Param(P("sample_freq", "f", 1, False), self.fs), _Param(P("ticks", "I", 1, False), 0)]
+        base += [_Param(P(n, "I", 1, False), 0) for n in TIMING[:5] + ("records_dropped",)]
+        base += [_Param(P("freq", "f", 1, True), 10.0, True),
+                 _Param(P("target_coeffs", "f", NC, True), np.zeros(NC), True),
+                 _Param(P("forcing_coeffs", "f", NC, True), np.zeros(NC), True),
+                 _Param(P("table", "f", TABLE_CAPACITY, True), None), _Param(P("table_len", "H", 1, False), 0)]
+        base += [_Param(P(n, t, 1, True), v, True) for n, t, v in TABLE_SETTINGS]
+        base += [_Param(P(n, "I", 1, False), WAKE_UNSET if n == "wake_phase_min" else 0) for n in TIMING[5:10]]
+        base += [_Param(P("diag_reset", "I", 1, True), 0), _Param(P("cmd_backlog_max", "I", 1, False), 0),
+                 _Param(P(ARM_KEY, "I", 1, True), 0), _Param(P("safety", "I", 1, False), 0),
+                 _Param(P("mcu_reboot", "I", 1, True), 0)]
+        return base + [
             _Param(P("forcing2_coeffs", "f", NC, True), np.zeros(NC), True),
             _Param(P("ramp_periods", "f", 1, True), 2.0, True),
             _Param(P("input_limit", "f", len(self.channels), True), np.zeros(len(self.channels)), True),
             _Param(P("output_limit", "f", 1, True), self.max_voltage, True),
-            _Param(P("table", "f", TABLE_CAPACITY, True), None),
-            _Param(P("table_len", "H", 1, False), 0),
-            _Param(P(ARM_KEY, "I", 1, True), 0),
-            _Param(P("safety", "I", 1, False), 0),
-            _Param(P("diag_reset", "I", 1, True), 0),
         ]
 
     # -- requests ---------------------------------------------------------------------------
@@ -224,7 +252,7 @@ class HelicDevice:
             return MsgType.ERROR, c.encode_error(ErrorCode.BAD_VALUE, msg_type)
 
     def _status(self, p: bytes) -> bytes:
-        self._length(p, 0)
+        """A payload is ignored, as the firmware does."""
         up = int((time.monotonic() - self.started) * 1000)
         return c.Status(c.VERSION, len(self.params), len(self.sources), self.fs, up).encode()
 
@@ -239,7 +267,6 @@ class HelicDevice:
         return c.encode_param_page([q.d for q in self.params], start)
 
     def _get_sources(self, p: bytes) -> bytes:
-        self._length(p, 0)
         return c.encode_sources(self.sources)
 
     def _param(self, i: int) -> _Param:
@@ -287,6 +314,13 @@ class HelicDevice:
                 self.gate.clamped = self.gate.quieted = False
                 self.dropped = 0
             return b""
+        if q.d.name == "mcu_reboot":  # local: the server restarts the device once this reply is sent
+            self.reboot_requested = True
+            return b""
+        if q.d.name == "table_trigger":  # reads 0; non-zero enters the queue and (re)starts a one-shot
+            self.pending += int(value != 0)
+            self._trigger |= value != 0
+            return b""
         if q.d.name == ARM_KEY:
             value = int(value != 0)  # any non-zero arms (firmware PlatformGroup)
             self._arm(bool(value))
@@ -299,12 +333,12 @@ class HelicDevice:
         frequency outside 0 <= f < fs / 2, a ramp outside 0..1000 periods, a negative limit or
         an output limit beyond the twin's voltage limit."""
         arr = np.atleast_1d(np.asarray(value, dtype=float))
-        bad = not np.all(np.isfinite(arr)) \
-            or (name == "freq" and not 0 <= arr[0] < self.fs / 2) \
-            or (name == "ramp_periods" and not 0 <= arr[0] <= 1000) \
-            or (name in ("input_limit", "output_limit") and np.any(arr < 0)) \
-            or (name == "output_limit" and arr[0] > self.max_voltage)
-        if bad:
+        x, nyquist = arr[0], self.fs / 2
+        ok = {"freq": 0 <= x < nyquist, "table_freq": 0 <= x < nyquist, "ramp_periods": 0 <= x <= 1000,
+              "table_interp": x in (0, 1), "table_mode": 0 <= x < TABLE_MODES, "table_mult": x >= 1,
+              "table_phase": 0 <= x < 1, "mcu_reboot": x == REBOOT_CONFIRMATION,
+              "output_limit": 0 <= x <= self.max_voltage, "input_limit": bool(np.all(arr >= 0))}
+        if not np.all(np.isfinite(arr)) or not ok.get(name, True):
             raise CodecError(f"bad value for {name}", ErrorCode.BAD_VALUE)
 
     def _arm(self, on: bool) -> None:
@@ -323,9 +357,9 @@ class HelicDevice:
         if self._param(i).d.name != "table":
             raise CodecError("only table takes blocks", ErrorCode.BAD_INDEX)
         vals = np.frombuffer(p[6:], "<f4")
-        if off + vals.size > TABLE_CAPACITY or not np.all(np.isfinite(vals)):
-            raise CodecError("block beyond the table or not finite", ErrorCode.BAD_VALUE)
-        self._staged[off:off + vals.size] = vals
+        if not vals.size or off + vals.size > TABLE_CAPACITY:
+            raise CodecError("an empty block, or one beyond the table", ErrorCode.BAD_LENGTH)
+        self._staged[off:off + vals.size] = vals  # any f32 is staged; Commit checks (TableGroup)
         return b""
 
     def _commit(self, p: bytes) -> bytes:
@@ -333,8 +367,9 @@ class HelicDevice:
         i, n = struct.unpack("<HI", p)
         if self._param(i).d.name != "table":
             raise CodecError("only table commits", ErrorCode.BAD_INDEX)
-        if not 2 <= n <= TABLE_CAPACITY:
-            raise CodecError("a table commit takes 2..4096 values", ErrorCode.BAD_VALUE)
+        if not 2 <= n <= TABLE_CAPACITY or not np.all(np.isfinite(self._staged[:n])):
+            raise CodecError("a table commit takes 2..4096 finite values", ErrorCode.BAD_VALUE)
+        self.table = self._staged[:n].astype(float)
         self.params[self.index["table_len"]].value = n
         self.pending += 1  # a table commit enters the RT queue
         return b""
@@ -343,9 +378,8 @@ class HelicDevice:
         if len(p) < 7:
             raise CodecError("StreamSetup payload too short", ErrorCode.BAD_LENGTH)
         dec, count, n = struct.unpack_from("<HIB", p)
-        self._length(p[7:], n)
         ids = tuple(p[7:])
-        if dec < 1 or n < 1 or any(s >= len(self.sources) for s in ids) or count == 0:
+        if len(ids) != n or dec < 1 or n < 1 or any(s >= len(self.sources) for s in ids) or count == 0:
             raise CodecError("StreamSetup: decimation >= 1, sources known, count > 0 (this twin)", ErrorCode.BAD_VALUE)
         self.stream_cfg = _Stream(dec, count, ids, True)
         return b""
@@ -357,7 +391,8 @@ class HelicDevice:
     def _demand(self):
         """The effective demand ``(f, V (2, n), orders)`` after the safety gate."""
         f = float(self.value("freq"))
-        V = np.stack([_complex(self.value("forcing_coeffs")), _complex(self.value("forcing2_coeffs"))])
+        out1 = _complex(self.value("target_coeffs")) + _complex(self.value("forcing_coeffs"))  # target adds to the output
+        V = np.stack([out1, _complex(self.value("forcing2_coeffs"))])
         used = np.flatnonzero(np.any(V != 0, axis=0))
         orders = np.union1d(used, [1])  # the twin's orders: those in use, and the fundamental
         if not self.gate.gated:
@@ -382,6 +417,9 @@ class HelicDevice:
         f, V, orders = self._demand()
         self.twin.set_demand(f, V, orders, min(float(self.value("ramp_periods")), MAX_RAMP_S * f))
         self._applied = (f, V, orders)
+        if self._trigger:  # a one-shot starts at the first sample after the ramp its commands started
+            self._trigger = False
+            self.playback = _Playback(int(round(self.twin.elapsed_s * self.fs)), math.inf)
 
     def _quiet(self) -> None:
         """Outputs to zero (ramp), as the gate does on a trip, a disarm or a lost connection."""
@@ -438,7 +476,7 @@ class HelicDevice:
         next record of the same stream in a worker thread (module docstring, "Look-ahead")."""
         cfg = self.stream_cfg
         names = [self.sources[s][0] for s in cfg.sources]
-        small = cfg.count * cfg.decimation <= CHUNK_SAMPLES
+        small = cfg.count * cfg.decimation <= CHUNK_SAMPLES and not any(x in SIGNALS for x in names)
         if cfg.configured and small and self._after_write and not self.pending and any(x in self.channels for x in names):
             self._ahead = _Ahead(self, (cfg.decimation, cfg.count, cfg.sources), cfg.count * cfg.decimation, names)
 
@@ -448,10 +486,71 @@ class HelicDevice:
         if not any(x != "cmd_epoch" for x in names):
             twin.wait(n * twin.demand.frequency_hz / self.fs)
             return {}
+        first = int(round(twin.elapsed_s * self.fs))
         acq = twin.acquire_samples(n)
         cols = {ch: acq.data[ch] for ch in self.channels}
         cols["phase"] = (np.mod(acq.frequency_hz * acq.t, 1.0) * 2.0**32 // 1 / 2.0**32).astype(np.float32)
+        if any(x in SIGNALS for x in names):  # never in a record simulated ahead (look_ahead)
+            cols.update(self._programme(acq.frequency_hz * acq.t, first + np.arange(n), acq.frequency_hz / self.fs))
         return cols
+
+    def _programme(self, turns: np.ndarray, idx: np.ndarray, step: float) -> dict:
+        """The programme signals ``target``, ``forcing``, ``table`` [V] at master phase
+        ``turns`` (unwrapped within the record, ``step`` per sample) and sample indices
+        ``idx``, and the outputs after the gate: ``out`` (actuator 1: the demand the twin
+        was given, plus the table while the gate is open) and ``out2`` (actuator 2)."""
+        theta = 2 * np.pi * turns
+        f, V, orders = self._applied if self._applied is not None else (0.0, np.zeros((2, 1)), np.array([1]))
+        table = self._table_signal(turns, idx, step)
+        open_ = not self.gate.gated or (self.gate.armed and not self.gate.tripped)
+        return dict(target=_fourier(_complex(self.value("target_coeffs")), np.arange(NC // 2 + 1), theta),
+                    forcing=_fourier(_complex(self.value("forcing_coeffs")), np.arange(NC // 2 + 1), theta),
+                    table=table, out=_fourier(V[0], orders, theta) + table * open_, out2=_fourier(V[1], orders, theta))
+
+    def _table_signal(self, turns: np.ndarray, idx: np.ndarray, step: float) -> np.ndarray:
+        """The committed table as ``table_mode`` plays it ("Parameter discovery"; HELIC-DAQ
+        user guide "Arbitrary waveform tables"): free-running at ``table_freq`` from sample 0
+        (loop) or from the trigger (one shot), or locked to ``table_mult`` x the master phase
+        plus ``table_phase`` (locked loop; locked one shot from the next master wrap after the
+        trigger, one table period), times ``table_gain``, zero-order hold or linear."""
+        mode = int(self.value("table_mode"))
+        if self.table is None or mode == 0:
+            return np.zeros(idx.size)
+        play = np.ones(idx.size, bool)
+        if mode in (1, 2):
+            origin = self.playback.origin if mode == 2 else 0
+            if origin is None:
+                return np.zeros(idx.size)
+            elapsed = (idx - origin) / self.fs * float(self.value("table_freq"))
+            play &= (mode == 1) | ((elapsed >= 0) & (elapsed < 1))
+            ph = np.mod(elapsed, 1.0)
+        else:
+            mult = int(self.value("table_mult"))
+            ph = np.mod(turns * mult + float(self.value("table_phase")), 1.0)
+            if mode == 4:
+                play = self._locked_shot(turns, step, mult)
+        return float(self.value("table_gain")) * _interpolate(self.table, ph, int(self.value("table_interp"))) * play
+
+    def _locked_shot(self, turns: np.ndarray, step: float, mult: int) -> np.ndarray:
+        """Where a locked one-shot plays in this record: from the first master wrap after the
+        trigger for ``1 / mult`` turn; what is left of it carries to the next record."""
+        play = np.zeros(turns.size, bool)
+        left, start = self.playback.left, 0
+        if left is None or not turns.size:
+            return play
+        if left == math.inf:
+            wraps = np.flatnonzero(np.floor(turns[1:]) != np.floor(turns[:-1]))
+            if not wraps.size:
+                return play
+            start, left = int(wraps[0]) + 1, 1.0 / mult
+            ref = np.floor(turns[start])
+        else:
+            ref = turns[0]
+        rel = turns - ref
+        play[start:] = rel[start:] < left
+        rest = left - (rel[-1] + step)
+        self.playback = _Playback(self.playback.origin, rest if rest > 0 else None)
+        return play
 
     def _columns(self, cols: dict, names, n: int) -> np.ndarray:
         """(n, len(names)) f32 values of ``n`` sampled ``cols``; checks the input limits."""
@@ -540,6 +639,23 @@ def burst_datagrams(host: str) -> int:
     return max(PACE_AFTER, int(BUFFER_SHARE * 2 * min(rmem_max, RCVBUF) / SKB_TRUESIZE))
 
 
+def _fourier(X: np.ndarray, orders: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """``Re sum_j X_j exp(i orders_j theta)`` [V] (X in the hbtest.method.harmonics convention)."""
+    used = np.flatnonzero(X != 0)
+    if not used.size:
+        return np.zeros(theta.size)
+    return np.real(np.exp(1j * np.multiply.outer(theta, orders[used])) @ X[used])
+
+
+def _interpolate(table: np.ndarray, ph: np.ndarray, linear: int) -> np.ndarray:
+    """``table`` at phase ``ph`` [turn, 0..1): zero-order hold, or linear (wrapping)."""
+    pos = ph * table.size
+    i = np.floor(pos).astype(np.int64) % table.size
+    if not linear:
+        return table[i]
+    return table[i] + (pos - np.floor(pos)) * (table[(i + 1) % table.size] - table[i])
+
+
 def _complex(coeffs) -> np.ndarray:
     """[mean, a1..aK, b1..bK] -> complex (K + 1,) in the hbtest.method.harmonics convention
     (V_k = a_k - i b_k, DC real)."""
@@ -557,6 +673,7 @@ class HelicServer:
     def __init__(self, rig_config, *, host: str = "127.0.0.1", port: int = 2350, seed: int | None = None,
                  on_event=None):
         self.on_event = on_event or (lambda kind, message: None)
+        self._rig_config, self._seed = rig_config, seed
         self.device = HelicDevice(rig_config, seed=seed, on_event=self.on_event)
         self.host, self.port = host, int(port)
         self._stop = threading.Event()
@@ -645,6 +762,17 @@ class HelicServer:
                 with self._lock:
                     self.device.disconnected()
                 self.on_event("disconnected", f"host {addr[0]}:{addr[1]} disconnected: disarmed")
+                self._reboot()
+
+    def _reboot(self) -> None:
+        """After a confirmed ``mcu_reboot`` (its reply sent, the connection closed): a new
+        device over a new twin of the same rig file and seed, as at power-on."""
+        if not self.device.reboot_requested:
+            return
+        device = HelicDevice(self._rig_config, seed=self._seed, on_event=self.on_event)
+        with self._lock:
+            self.device = device
+        self.on_event("rebooted", "mcu_reboot: the device restarted (power-on state)")
 
     def _session(self, conn: socket.socket, peer: str) -> None:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -667,6 +795,8 @@ class HelicServer:
                 continue
             msg_type, seq, payload = frame
             self._answer(conn, peer, msg_type, seq, payload)
+            if self.device.reboot_requested:
+                return
 
     def _answer(self, conn, peer: str, msg_type: int, seq: int, payload: bytes) -> None:
         with self._lock:
