@@ -16,8 +16,8 @@ from hbtest.errors import ConfigError, InstrumentError, LimitExceeded
 from hbtest.rig import open_rig
 from hbtest.rig.helic import codec as c
 from hbtest.rig.helic.client import StreamReceiver, _sample_indices
-from hbtest.serve.helic import HelicServer, burst_datagrams
 from hbtest.rig.virtual import VirtualRig
+from hbtest.serve.helic import HelicServer, burst_datagrams
 
 
 @pytest.fixture

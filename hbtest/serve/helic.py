@@ -463,7 +463,9 @@ class HelicDevice:
             return
         self.ahead_counts["discarded"] += ahead is not None
         per = c.records_per_packet(len(names))
-        step = n if faults != Faults() else max(1, CHUNK_SAMPLES // (per * dec)) * per * dec
+        step = max(1, CHUNK_SAMPLES // (per * dec)) * per * dec if per * dec <= CHUNK_SAMPLES else \
+            max(1, CHUNK_SAMPLES // dec) * dec  # whole datagrams per chunk where a datagram fits in one
+        step = n if faults != Faults() else step
         seq = 0
         for start in range(0, n, step):
             k = min(step, n - start)
