@@ -8,23 +8,30 @@ request payload in, one response payload out. :class:`HelicServer` serves it: co
 TCP port (one client at a time, "Control channel"), the stream from the UDP port next to it
 to the host's port ("Stream channel"); loopback unless told otherwise.
 
-Parameters (registry order; the base-registry names keep their v3 meaning): ``firmware``,
-``experiment``, ``sample_freq`` [Hz], ``ticks``, ``records_dropped``, ``freq`` [Hz] (master
-Fourier frequency), ``forcing_coeffs`` / ``forcing2_coeffs`` (outputs 1 and 2, [V],
-``[mean, a1..aK, b1..bK]`` for ``mean + sum a_k cos k theta + b_k sin k theta``, K = 16),
-``ramp_periods`` (this experiment's slew: a change of frequency or coefficients ramps over that
-many periods, raised cosine, phase continuous), ``input_limit`` [V] (per input, |raw volts|
-beyond which the safety gate trips; 0 = off), ``output_limit`` [V] (peak per output; a larger
-coefficient set is clamped), ``table``/``table_len`` (staged block storage; the twin does not
-play it), ``arm``, ``safety`` (bit0 armed, bit1 latched trip, bit2 clamped, bit3 quieted),
-``diag_reset``. Sources: the twin's channels [V], ``phase`` [turn], ``cmd_epoch`` [count].
+Parameters: the v3 base registry in the specification's order ("Parameter discovery":
+``firmware`` ... ``mcu_reboot``, 32 of them), then ``forcing2_coeffs`` (output 2, [V],
+``[mean, a1..aK, b1..bK]``, K = 16), ``ramp_periods`` (this experiment's slew: a queued
+command ramps the demand over that many periods, raised cosine, phase continuous; at most
+MAX_RAMP_S of device time), ``input_limit`` [V] (per input, |raw volts| beyond which the gate
+trips; 0 = off), ``output_limit`` [V] (peak per output; a larger set is clamped). Output 1 is
+``target_coeffs`` + ``forcing_coeffs`` + the table (``table_*``, played as specified; the
+table reaches the ``table`` and ``out`` sources, not the twin's structure). Staging as the
+firmware's (helic-rt/src/params/groups.rs): ``arm``, ``diag_reset``, ``mcu_reboot``,
+``table_trigger`` = 0 and SetBlock are local; every other write and a Commit are queued.
+Sources: the twin's channels [V]; ``target``, ``forcing``, ``table`` [V], ``phase`` [turn];
+``out``, ``out2`` [V] after the gate; ``cmd_epoch`` [count]. docs/helic.md lists the
+refusals and the liberties.
 
 Time: the twin's clock runs only while a count-limited stream runs (``StreamSetup`` count >
 0): ``StreamStart`` applies the queued commands at the next sample boundary (``cmd_epoch``
 advances by their number; a ramp they start completes before the first streamed record, the
 sample indices show the gap), then simulates ``count x decimation`` samples and sends them.
 So a sweep runs as fast as the twin and a host that streams whole periods gets exactly the
-samples the in-process twin gives. Continuous streaming (count 0) is not served (bad value).
+samples the in-process twin gives (a stream longer than CHUNK_SAMPLES is simulated and sent
+chunk by chunk: bounded memory, ended early by a stop or the host's next request; its noise is
+drawn per chunk). Continuous streaming (count 0) is not served (bad value). No request ends
+the control thread, and a confirmed ``mcu_reboot`` restarts the device (a new twin, the same
+rig file and seed) once its reply is sent.
 
 Look-ahead: once the first stream of input channels after a command took effect is sent, the
 next record of the same stream (same setup, no command queued) is simulated in a worker thread

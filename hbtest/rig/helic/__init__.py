@@ -1,6 +1,6 @@
 """Rig kind ``helic``: a HELIC-DAQ protocol v3 device (docs/helic.md) — control over TCP
 (framed, CRC-16/CCITT-FALSE, one request one reply), samples over UDP. :mod:`.codec` is the
-wire codec, :mod:`.client` the rig, :mod:`.server` the twin served as a v3 device
+wire codec, :mod:`.client` the rig, :mod:`hbtest.serve.helic` the twin served as a v3 device
 (``hbtest serve --protocol helic``).
 
 The rig file's ``[helic]`` table maps our names to the device's (discovered by name on every

@@ -8,9 +8,13 @@ against ``Status``); indices are never kept across connections.
 
 Demand: per actuator the coefficient parameter ``[mean, a1..aK, b1..bK]`` [V] for ``mean +
 sum a_k cos k theta + b_k sin k theta`` (K from the parameter's size), i.e. ``a_k = Re V_k``,
-``b_k = -Im V_k`` in the hbtest.method.harmonics convention. Each write is one queued device command:
-``cmd_epoch`` advances by the commands sent, and a record counts only when every sample of it
-carries the epoch of the demand last written (a stale record never enters a fit).
+``b_k = -Im V_k`` in the hbtest.method.harmonics convention. Writes are counted as the firmware
+stages them (:func:`queues_command`: ``arm``, ``diag_reset``, ``mcu_reboot``, ``table_trigger``
+= 0 are local, every other write one queued command): ``cmd_epoch`` advances by the queued
+commands sent, and a record counts only when every sample of it carries the epoch of the
+demand last written (a stale record never enters a fit). A ``busy`` refusal is retried for
+BUSY_RETRY_S. Every name the rig file gives is resolved at connection (a ConfigError naming
+the file and key).
 
 Records (:class:`StreamReceiver`): a count-limited stream of the channels' sources, ``phase``
 [turn] and ``cmd_epoch``; the sample times handed to the fits are the unwrapped master phase
@@ -25,9 +29,11 @@ with a packet-sequence gap, a ``dropped`` increase or a stale epoch is discarded
 again (``retakes``), counted in :attr:`HelicRig.counters`.
 
 Safety: no coefficient set whose peak bound (|mean| + sum |V_k|, also after f32 rounding)
-exceeds ``voltage_limits_v`` is written; a non-zero demand arms the device first and is refused
-when the device does not report itself armed; after each record the ``safety`` bits are read:
-a latched trip, a clamp or a quiet raises :class:`~hbtest.errors.RigTrip` (the point's
+exceeds ``voltage_limits_v`` is written; a non-zero demand arms the device first (arm, then
+``diag_reset``), refused on a device without a safety gate unless the rig file says
+``ungated = true`` (:meth:`HelicRig._arm`; said on stderr at every connection), and on a gated
+device that does not report itself armed; after each record the ``safety`` bits are read:
+a latched trip, or while armed a clamp or a quiet, raises :class:`~hbtest.errors.RigTrip` (the point's
 ``stop_reason`` is ``trip``, the message names which); ``close`` zeroes every coefficient set
 and disarms (the device also disarms when the connection ends).
 """
