@@ -163,7 +163,7 @@ def sim_rig_file(tmp: Path, control_port: int, stream_port: int, keep_ramp: bool
     if not keep_ramp:
         t = re.sub(r'ramp_parameter = "[^"]*"', 'ramp_parameter = ""', t)
     t = re.sub(r'input_limit_parameter = "[^"]*"', 'input_limit_parameter = ""', t)
-    t = t.replace("input_range_v = 10.0", "input_range_v = 10.0\nungated = true  # pico2w-rig: no safety gate")
+    t = re.sub(r"ungated = \w+", "ungated = true  # pico2w-rig: no safety gate", t)
     for ch, src in (("l1", "laser"), ("l2", "out"), ("g1", "target"), ("g2", "forcing")):
         t = re.sub(rf'(\[helic\.channels\.{ch}\][^\n]*\n)source = "{ch}"', rf'\1source = "{src}"', t)
     path = tmp / ("peer-sim-shipped-ramp.toml" if keep_ramp else "peer-sim.toml")
