@@ -12,12 +12,12 @@ from served import TWIN
 from test_helic_sweep import _rig_copy
 
 from hbtest.config import load_rig
-from hbtest.errors import InstrumentError, LimitExceeded
+from hbtest.errors import ConfigError, InstrumentError, LimitExceeded
 from hbtest.rig import open_rig
 from hbtest.rig.helic import codec as c
 from hbtest.rig.helic.client import StreamReceiver, _sample_indices
-from hbtest.serve.helic import HelicServer, burst_datagrams
 from hbtest.rig.virtual import VirtualRig
+from hbtest.serve.helic import HelicServer, burst_datagrams
 
 
 @pytest.fixture
@@ -102,7 +102,7 @@ def test_a_coefficient_set_the_device_holds_is_not_written_again(served):
             assert rig.elapsed_s == pytest.approx(twin.elapsed_s, abs=1e-12)
             for k in a.data:
                 np.testing.assert_array_equal(a.data[k], b.data[k].astype(np.float32))
-    assert transcripts == [["diag_reset", "arm", "ramp_periods", "freq", "forcing_coeffs", "forcing2_coeffs"],
+    assert transcripts == [["arm", "diag_reset", "ramp_periods", "freq", "forcing_coeffs", "forcing2_coeffs"],
                            ["forcing2_coeffs"], ["forcing_coeffs"]]
 
 
@@ -148,7 +148,8 @@ def test_an_error_frame_is_one_line_naming_the_device_and_the_error(served):
 def test_a_missing_parameter_names_it(tmp_path, served):
     srv, path = served
     path.write_text(path.read_text().replace('rotational = "forcing2_coeffs"', 'rotational = "forcing3_coeffs"'))
-    with pytest.raises(InstrumentError, match="has no parameter 'forcing3_coeffs'"):
+    with pytest.raises(ConfigError, match=r"helic\.toml: helic\.actuators\.rotational: .* has no parameter"
+                                          r" 'forcing3_coeffs' \(it has firmware, "):
         open_rig(load_rig(path))
 
 
@@ -184,7 +185,8 @@ def test_discovery_pages_match_status(served):
     with open_rig(load_rig(path)) as rig:
         assert len(rig.params) == rig.status.n_params and len(rig.sources) == rig.status.n_sources
         assert rig.K == 16 and rig.status.version == c.VERSION
-        assert list(rig.sources)[-2:] == ["phase", "cmd_epoch"]
+        assert list(rig.sources) == ["l1", "l2", "g1", "g2", "target", "forcing", "table", "phase", "out", "out2",
+                                     "cmd_epoch"]  # inputs, programme signals, outputs after the gate, cmd_epoch
 
 
 def test_rig_check_identifies_the_device_and_leaves_it_disarmed(served, capsys):
@@ -194,7 +196,7 @@ def test_rig_check_identifies_the_device_and_leaves_it_disarmed(served, capsys):
     assert main(["rig", "check", str(path)]) == 0
     out = capsys.readouterr().out
     assert "instrument: HELIC-DAQ v3 hbtest-twin" in out and "kind helic" in out
-    assert "forcing_coeffs" in out and "sources: l1, l2, g1, g2, phase, cmd_epoch" in out
+    assert "forcing_coeffs" in out and "sources: l1, l2, g1, g2, target, forcing, table, phase, out, out2, cmd_epoch" in out
     for ch in ("l1", "l2", "g1", "g2"):
         assert re.search(rf"^\s+{ch}\s", out, re.M)
     assert not srv.device.gate.armed and srv.device.value("arm") == 0

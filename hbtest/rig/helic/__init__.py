@@ -1,6 +1,6 @@
 """Rig kind ``helic``: a HELIC-DAQ protocol v3 device (docs/helic.md) — control over TCP
 (framed, CRC-16/CCITT-FALSE, one request one reply), samples over UDP. :mod:`.codec` is the
-wire codec, :mod:`.client` the rig, :mod:`.server` the twin served as a v3 device
+wire codec, :mod:`.client` the rig, :mod:`hbtest.serve.helic` the twin served as a v3 device
 (``hbtest serve --protocol helic``).
 
 The rig file's ``[helic]`` table maps our names to the device's (discovered by name on every
@@ -17,6 +17,7 @@ connection; see ``instruments/helic-loopback.toml``)::
     ramp_parameter = "ramp_periods"   # optional: the device's slew of a demand change [periods]; "" = none
     input_limit_parameter = "input_limit"   # optional: per-input |raw V| trip level of the device's gate
     input_range_v = 10.0           # optional: ADC full scale of the inputs (over-range detection)
+    ungated = false                # true: drive an experiment without a safety gate (limits on this host alone)
     voltage_limits_v = [5.0, 5.0]  # per actuator (<= [rig].voltage_limit_v): no coefficient set beyond is written
     [helic.actuators]              # actuator -> its coefficient parameter ([mean, a1..aK, b1..bK] [V], K from its size)
     vertical = "forcing_coeffs"
@@ -57,6 +58,7 @@ class HelicSpec:
     channels: tuple[tuple[str, str, float], ...]
     channel_limits: tuple[tuple[str, float], ...] = ()
     input_range_v: float | None = None
+    ungated: bool = False
 
     def windows(self, layout) -> dict:
         """Channel -> symmetric |raw V| trip level from ``channel_limits``."""
@@ -123,6 +125,7 @@ def parse(top, common) -> HelicSpec:
         channels=chans,
         channel_limits=_limits(h, common),
         input_range_v=h.number("input_range_v", None, required=False, positive=True),
+        ungated=h.boolean("ungated", False),
     )
     h.finish()
     return spec

@@ -8,9 +8,13 @@ against ``Status``); indices are never kept across connections.
 
 Demand: per actuator the coefficient parameter ``[mean, a1..aK, b1..bK]`` [V] for ``mean +
 sum a_k cos k theta + b_k sin k theta`` (K from the parameter's size), i.e. ``a_k = Re V_k``,
-``b_k = -Im V_k`` in the hbtest.method.harmonics convention. Each write is one queued device command:
-``cmd_epoch`` advances by the commands sent, and a record counts only when every sample of it
-carries the epoch of the demand last written (a stale record never enters a fit).
+``b_k = -Im V_k`` in the hbtest.method.harmonics convention. Writes are counted as the firmware
+stages them (:func:`queues_command`: ``arm``, ``diag_reset``, ``mcu_reboot``, ``table_trigger``
+= 0 are local, every other write one queued command): ``cmd_epoch`` advances by the queued
+commands sent, and a record counts only when every sample of it carries the epoch of the
+demand last written (a stale record never enters a fit). A ``busy`` refusal is retried for
+BUSY_RETRY_S. Every name the rig file gives is resolved at connection (a ConfigError naming
+the file and key).
 
 Records (:class:`StreamReceiver`): a count-limited stream of the channels' sources, ``phase``
 [turn] and ``cmd_epoch``; the sample times handed to the fits are the unwrapped master phase
@@ -25,9 +29,11 @@ with a packet-sequence gap, a ``dropped`` increase or a stale epoch is discarded
 again (``retakes``), counted in :attr:`HelicRig.counters`.
 
 Safety: no coefficient set whose peak bound (|mean| + sum |V_k|, also after f32 rounding)
-exceeds ``voltage_limits_v`` is written; a non-zero demand arms the device first and is refused
-when the device does not report itself armed; after each record the ``safety`` bits are read:
-a latched trip, a clamp or a quiet raises :class:`~hbtest.errors.RigTrip` (the point's
+exceeds ``voltage_limits_v`` is written; a non-zero demand arms the device first (arm, then
+``diag_reset``), refused on a device without a safety gate unless the rig file says
+``ungated = true`` (:meth:`HelicRig._arm`; said on stderr at every connection), and on a gated
+device that does not report itself armed; after each record the ``safety`` bits are read:
+a latched trip, or while armed a clamp or a quiet, raises :class:`~hbtest.errors.RigTrip` (the point's
 ``stop_reason`` is ``trip``, the message names which); ``close`` zeroes every coefficient set
 and disarms (the device also disarms when the connection ends).
 """
@@ -36,11 +42,13 @@ from __future__ import annotations
 
 import socket
 import struct
+import sys
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import InstrumentError, RigTrip
+from ...errors import ConfigError, InstrumentError, RigTrip
 from .. import Acquisition, RigDescription, safety
 from . import codec as c
 from .codec import MsgType
@@ -53,6 +61,17 @@ GRO_BUFFER = 1 << 17  # bytes per receive call when coalesced (a coalesced buffe
 IDLE_END_S = 0.3  # after a gap, the stream counts as over once silent this long
 PHASE_TOLERANCE = 1e-5  # turn: largest departure of the phase source from a constant frequency in a record
 SAFETY_TRIP, SAFETY_CLAMP, SAFETY_QUIET, SAFETY_ARMED = 2, 4, 8, 1
+LOCAL_PARAMETERS = ("diag_reset", "arm", "mcu_reboot")  # staged on core 0: no RtCommand, no cmd_epoch step
+BUSY_RETRY_S = 1.0  # a request refused as busy (error 7: queue full, swap pending) is sent again this long
+BUSY_PAUSE_S = 0.005
+
+
+def queues_command(name: str, value) -> bool:
+    """Whether a SetPar of ``name`` enters the device's RT command queue (advancing
+    ``cmd_epoch`` by one when applied): every parameter but the ones core 0 stages locally
+    (``diag_reset``, ``arm``, ``mcu_reboot``, and ``table_trigger`` = 0; HELIC-DAQ
+    helic-rt/src/params/groups.rs)."""
+    return name not in LOCAL_PARAMETERS and not (name == "table_trigger" and not np.any(value))
 
 
 class ControlLink:
@@ -70,6 +89,23 @@ class ControlLink:
         self.reader = c.FrameReader()
 
     def request(self, msg_type: int, payload: bytes = b"", what: str = "") -> bytes:
+        """The reply payload; a request refused as busy (error 7) is sent again, every
+        BUSY_PAUSE_S for BUSY_RETRY_S, before it counts as refused."""
+        deadline = time.monotonic() + BUSY_RETRY_S
+        while True:
+            rtype, body = self._exchange(msg_type, payload, what)
+            if rtype != MsgType.ERROR or c.decode_error(body)[0] != c.ErrorCode.BUSY or time.monotonic() >= deadline:
+                break
+            time.sleep(BUSY_PAUSE_S)
+        label = what or MsgType(msg_type).name
+        if rtype == MsgType.ERROR:
+            code, _ = c.decode_error(body)
+            raise InstrumentError(f"{self.name}: {label} refused: error {code} ({c.ERROR_TEXT.get(code, 'unknown')})")
+        if rtype != msg_type:
+            raise InstrumentError(f"{self.name}: reply of type {rtype} to {label}")
+        return body
+
+    def _exchange(self, msg_type: int, payload: bytes, what: str) -> tuple[int, bytes]:
         self.seq = (self.seq + 1) & 0xFF
         label = what or MsgType(msg_type).name
         try:
@@ -82,12 +118,7 @@ class ControlLink:
         rtype, seq, body = frame
         if seq != self.seq:
             raise InstrumentError(f"{self.name}: reply to {label} has sequence {seq}, expected {self.seq}")
-        if rtype == MsgType.ERROR:
-            code, _ = c.decode_error(body)
-            raise InstrumentError(f"{self.name}: {label} refused: error {code} ({c.ERROR_TEXT.get(code, 'unknown')})")
-        if rtype != msg_type:
-            raise InstrumentError(f"{self.name}: reply of type {rtype} to {label}")
-        return body
+        return rtype, body
 
     def _reply(self):
         while True:
@@ -121,21 +152,27 @@ class Record:
 
 class StreamReceiver:
     """The host's UDP socket: bound before ``StreamStart``, primed towards the device's stream
-    port ("Stream channel"), collecting one count-limited stream at a time."""
+    port before every ``StreamStart`` ("Stream channel"), collecting one count-limited stream
+    at a time."""
 
     def __init__(self, name: str, host: str, device_port: int, timeout_s: float):
         self.name, self.timeout_s = name, timeout_s
+        self.device = (host, device_port)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
         self.sock.bind(("127.0.0.1" if host in ("127.0.0.1", "localhost") else "0.0.0.0", 0))
         self.port = self.sock.getsockname()[1]
         self.dropped_seen: int | None = None
         self.gro = _enable_gro(self.sock)
+
+    def prime(self) -> None:
+        """One small datagram from this socket to the device's stream port, sent before every
+        ``StreamStart`` ("Stream channel": it opens the path through a NAT or firewall)."""
         try:
-            self.sock.sendto(b"hbtest primer", (host, device_port))
+            self.sock.sendto(b"hbtest primer", self.device)
         except OSError as e:
             raise InstrumentError(
-                f"{name}: cannot send the UDP primer to {host}:{device_port}: {e.strerror or e}") from None
+                f"{self.name}: cannot send the UDP primer to {self.device[0]}:{self.device[1]}: {e.strerror or e}") from None
 
     def drain(self) -> None:
         self.sock.setblocking(False)
@@ -268,6 +305,7 @@ class HelicRig:
             if "ticks" in self.params:  # the rig clock is the device's sample clock
                 self._clock = int(self._get("ticks")) / self.fs
             self._configure_limits()
+            self._say_limits()
         except BaseException:
             self.link.close()
             raise
@@ -293,31 +331,66 @@ class HelicRig:
         self.status = st
         self._resolve()
 
-    def _need(self, table: dict, name: str, what: str):
+    def _need(self, table: dict, name: str, what: str, key: str = ""):
+        """``table[name]``; a name the device lacks is one line naming the rig file's ``key``
+        (a ConfigError) or, for a name the protocol fixes, the device."""
         if name not in table:
-            raise InstrumentError(f"{self.name}: the device has no {what} {name!r} (it has {', '.join(table)})")
+            problem = f"{self.name} has no {what} {name!r} (it has {', '.join(table)})"
+            if key:
+                raise ConfigError(self.config.source.path, key, problem)
+            raise InstrumentError(problem)
         return table[name]
+
+    def _rig_file_names(self):
+        """(rig-file key, parameter or source name, "parameter" | "stream source") of every name
+        the rig file gives."""
+        sp = self.spec
+        yield "helic.frequency_parameter", sp.frequency_parameter, "parameter"
+        if sp.ramp_parameter:
+            yield "helic.ramp_parameter", sp.ramp_parameter, "parameter"
+        if sp.input_limit_parameter:
+            yield "helic.input_limit_parameter", sp.input_limit_parameter, "parameter"
+        for act, p in sp.actuators:
+            yield f"helic.actuators.{act}", p, "parameter"
+        for ch, src, _ in sp.channels:
+            yield f"helic.channels.{ch}.source", src, "stream source"
+        yield "helic.phase_source", sp.phase_source, "stream source"
+        yield "helic.epoch_source", sp.epoch_source, "stream source"
 
     def _resolve(self) -> None:
         sp = self.spec
-        for name in ("arm", "safety", sp.frequency_parameter) + tuple(p for _, p in sp.actuators):
+        for key, name, what in self._rig_file_names():
+            self._need(self.params if what == "parameter" else self.sources, name, what, key)
+        for name in ("arm", "safety"):
             self._need(self.params, name, "parameter")
         sizes = {self.params[p][1].count for _, p in sp.actuators}
         if len(sizes) != 1 or (sizes.pop() - 1) % 2:
             raise InstrumentError(f"{self.name}: coefficient parameters must hold 1 + 2K values each")
         self.K = (self.params[sp.actuators[0][1]][1].count - 1) // 2
         names = [src for _, src, _ in sp.channels] + [sp.phase_source, sp.epoch_source]
-        self.source_ids = bytes(self._need(self.sources, n, "stream source")[0] for n in names)
+        self.source_ids = bytes(self.sources[n][0] for n in names)
         self.epoch_id = bytes([self.sources[sp.epoch_source][0]])
         rate, st_rate = float(np.float32(self.fs)), self.status.sample_rate
         if abs(st_rate - rate) > 1e-6 * rate:
             raise InstrumentError(f"{self.name}: samples at {st_rate:g} Hz, the rig file says {self.fs:g} Hz")
 
+    def _say_limits(self) -> None:
+        """One line on stderr at every connection where the device does less than the rig
+        file's reader may assume: no safety gate (``ungated = true``), or demand steps (no
+        ``ramp_parameter``: ``set_demand``'s ``ramp_periods`` is not applied)."""
+        if self.spec.ungated:
+            print(f"{self.name}: ungated = true ({self.config.source.path}): the outputs are driven without the"
+                  f" device's safety gate; the limits ({', '.join(f'{v:g}' for v in self.spec.voltage_limits_v)} V)"
+                  " are enforced by hbtest alone", file=sys.stderr)
+        if not self.spec.ramp_parameter:
+            print(f"{self.name}: no ramp_parameter in {self.config.source.path}: every demand change is applied"
+                  " as a step (ramp_periods is not applied)", file=sys.stderr)
+
     def _configure_limits(self) -> None:
         sp = self.spec
         if not sp.channel_limits:
             return
-        _, d = self._need(self.params, sp.input_limit_parameter, "parameter")
+        _, d = self._need(self.params, sp.input_limit_parameter, "parameter", "helic.input_limit_parameter")
         levels = np.zeros(d.count)
         windows = sp.windows(self.config.sensors)
         for ch, src, scale in sp.channels:
@@ -333,7 +406,7 @@ class HelicRig:
     def _set(self, name: str, value) -> None:
         i, d = self.params[name]
         self.link.request(MsgType.SET_PAR, struct.pack("<H", i) + c.pack_value(d, value), f"SetPar {name}")
-        self._queued += int(name != "diag_reset")
+        self._queued += int(queues_command(name, value))
 
     def _set_changed(self, name: str, value: float) -> None:
         """Write a scalar parameter unless this connection last wrote it with ``value`` (one
@@ -420,15 +493,28 @@ class HelicRig:
         self._clock += ramp_samples / self.fs
 
     def _arm(self) -> None:
-        """Arm before the first demand; refuse to run on a device that does not say armed.
-        Clamp/quiet bits of an earlier run are cleared first (``diag_reset``)."""
+        """Arm before the first non-zero demand, on a gated device only unless the rig file
+        says ``ungated = true``. A gated device (its experiment opts into the safety gate)
+        quiets its outputs on every tick while disarmed, so disarmed it reads ``safety`` bit 3
+        (quieted) set; an ungated one never does (its ``arm`` is inert; the firmware still
+        shows bit 0 after ``arm = 1``, so bit 0 alone does not tell). Then arm, and only then
+        clear the clamp/quiet bits of the disarmed ticks (``diag_reset``; the other order
+        leaves ticks of a disarmed gate between them, read as a quiet after the record)."""
+        before = int(self._get("safety"))
+        gated = bool(before & (SAFETY_QUIET | SAFETY_TRIP))
+        if not gated and not self.spec.ungated:
+            raise InstrumentError(
+                f"{self.name}: refused to drive the outputs: the device has no safety gate (disarmed, its safety"
+                f" reads {before}, never quieted); set [helic] ungated = true in {self.config.source.path} to drive"
+                " it with the limits enforced by hbtest alone")
+        self._set("arm", 1)
         if "diag_reset" in self.params:
             self._set("diag_reset", 1)  # also restarts the device's drop count
             if "records_dropped" in self.params:
                 self.stream.dropped_seen = int(self._get("records_dropped"))
-        self._set("arm", 1)
         bits = int(self._get("safety"))
-        if not bits & SAFETY_ARMED:
+        if gated and not bits & SAFETY_ARMED:
+            self._set("arm", 0)
             raise InstrumentError(f"{self.name}: refused to drive the outputs:"
                                   f" the device does not report itself armed (safety = {bits})")
         self._armed = True
@@ -439,6 +525,7 @@ class HelicRig:
             self.link.request(MsgType.STREAM_SETUP, setup)
             self._held["stream setup"] = setup
         self.stream.drain()
+        self.stream.prime()
         self.link.request(MsgType.STREAM_START, struct.pack("<H", self.stream.port))
         rec = self.stream.collect(count, len(ids))
         expect = None if self._epoch is None else (self._epoch + self._queued) % c.EPOCH_MODULUS
@@ -470,8 +557,10 @@ class HelicRig:
                               f" {self.counters['dropped_records']} records dropped)")
 
     def _watch_safety(self) -> None:
+        """A latched trip ends the point; a clamp or a quiet too while armed (a gated device
+        quiets every disarmed tick: before the first arm that is its normal state)."""
         bits = int(self._get("safety"))
-        if bits & (SAFETY_TRIP | SAFETY_CLAMP | SAFETY_QUIET):
+        if bits & SAFETY_TRIP or self._armed and bits & (SAFETY_CLAMP | SAFETY_QUIET):
             what = ("tripped" if bits & SAFETY_TRIP else
                     "clamped the output" if bits & SAFETY_CLAMP else "quieted the output")
             self._armed = False
