@@ -129,20 +129,15 @@ def test_hbtest_profile_converges_on_the_scattering_twin_within_its_accuracy(mon
     """With the lab's scatter every point of a 7-point paper sweep converges within 1 % of the
     exact structure, and the errors are of the size the points state (rms over stated 0.4-1.6:
     a scatter counted in full would state 2-5x the error; seeds 1-4 of both benchmark sweeps:
-    README "Two solver profiles"). Without the between-evaluation variance the pooled fit
-    throws the scattering evaluations out as outliers and points stall: over seeds 1-4, 8 of
-    28 points stalled (seed 1: 1 of 7; on another machine's last bits, none), so the
-    counterfactual takes seeds 1-3 together (21 points: no stall among them with probability
-    (20/28)^21 = 0.07 % at that rate)."""
+    docs/profiles.md). What the between-evaluation variance does to one pool is tested on exact
+    data in tests/test_pool_scatter.py. Whether points stall without it is not a property of the
+    sweep: without it 8 of 28 points stalled over seeds 1-4 (AVX-512 numpy), none of 7 at seed 1
+    on AVX2 numpy and none of 21 over seeds 1001-1003 (the threshold audit's seed shift), so the
+    counterfactual is not asserted here."""
     outs, frf, calibration = _paper_on_the_scattering_twin(monkeypatch, 7, 1)
     assert all(o.converged for o in outs), [o.message for o in outs if not o.converged]
     assert frf <= 0.01
     assert 0.4 <= calibration <= 1.6, calibration
-    from hbtest.point.profile_hbtest import HbtestProfile
-
-    monkeypatch.setattr(HbtestProfile, "pool_between", False)
-    reasons = [o.reason for seed in (1, 2, 3) for o in _paper_on_the_scattering_twin(monkeypatch, 7, seed)[0]]
-    assert "stalled" in reasons, reasons
 
 
 @pytest.mark.slow
