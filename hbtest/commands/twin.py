@@ -35,7 +35,7 @@ def _settings(quick: bool):
     if not quick:
         return TwinSettings()
     return TwinSettings(quiet_records=4, quiet_record_s=2.0, quiet_settle_s=1.0, decay_repeats=2,
-                        channels=ChannelSettings(frequencies_hz=(3.0, 14.0), n_periods=10, repeats=3, settle_s=2.0),
+                        channels=ChannelSettings(frequencies_hz=(3.0, 14.0), n_periods=20, repeats=4, settle_s=4.0),
                         scatter_evaluations=30, scatter_periods=6)
 
 

@@ -57,10 +57,11 @@ class TwinSettings:
     quiet_records: int = 6
     quiet_record_s: float = 4.0
     quiet_settle_s: float = 2.0
+    mains_multiples: int = 5  # lines measured (at least the rig file's mains_multiples; below Nyquist)
     decay_repeats: int = 2
     decay_voltage_fraction: float = 0.5
     channels: ChannelSettings = field(default_factory=lambda: ChannelSettings(
-        frequencies_hz=(3.0, 14.0), n_periods=20, repeats=4, settle_s=4.0))
+        frequencies_hz=(2.0, 3.0, 14.0), n_periods=20, repeats=4, settle_s=4.0))
     scatter_hz: float = 5.0
     scatter_evaluations: int = 50
     scatter_periods: int = 10
@@ -104,14 +105,15 @@ def _converter_step(y: np.ndarray) -> float:
     return float(d.min()) if d.size else 0.0
 
 
-def _quiet_record(acq, layout, mains: MainsSettings) -> dict:
+def _quiet_record(acq, layout, mains: MainsSettings, multiples: int) -> dict:
     names = layout.channel_names
     fm = mains_from_record(acq, layout, mains)
     f = float(fm.values["mains_hz"])
     t = np.asarray(acq.t, float)
     y = np.stack([np.asarray(acq.data[n], float) for n in names])
     phi = np.zeros_like(t)
-    h = np.arange(1, max(1, layout.mains_multiples) + 1)
+    h = np.arange(1, multiples + 1)
+    h = h[h * f < 0.45 * acq.sample_rate_hz]
     lines, rms = line_fit(y, phi, t, f, tuple(h), orders=0)
     fitted = np.real(lines @ np.exp(2j * np.pi * np.outer(h * f, t)))
     res = y - fitted
@@ -127,9 +129,10 @@ def measure_quiet(rig, layout, settings: TwinSettings) -> dict:
     """Zero-demand statistics (module docstring), ``settings.quiet_records`` records."""
     n_act = len(rig.describe().actuators)
     mains = MainsSettings(record_s=settings.quiet_record_s, settle_s=settings.quiet_settle_s)
-    records = [_quiet_record(acquire_zero(rig, n_act, mains), layout, mains) for _ in range(settings.quiet_records)]
+    multiples = max(1, layout.mains_multiples, settings.mains_multiples)
+    records = [_quiet_record(acquire_zero(rig, n_act, mains), layout, mains, multiples) for _ in range(settings.quiet_records)]
     rig.safe_state()
-    return {"channels": list(layout.channel_names), "multiples": max(1, layout.mains_multiples),
+    return {"channels": list(layout.channel_names), "multiples": multiples,
             "sample_rate_hz": float(rig.describe().sample_rate_hz), "input_range_v": rig.describe().input_range_v, "band_hz": list(BAND_HZ), "records": records}
 
 
