@@ -95,3 +95,10 @@ def test_user_mistakes_are_one_line(tmp_path, capsys):
     assert main(["twin", "instruments/virtual-cantilever.toml", "--out", str(tmp_path / "u.toml"), "--records", str(out)]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--records" in err[0] and not (tmp_path / "u.toml").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protocol", ["box", "helic"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_twins_measured_over_box_and_helic_recover_three_hidden_rigs(tmp_path, capsys, protocol, seed):
+    _recover(tmp_path, capsys, protocol, seed)

@@ -57,10 +57,19 @@ def complex_of(pairs) -> np.ndarray:
     return a[..., 0] + 1j * a[..., 1]
 
 
+def _between_frequencies_us(per_frequency: dict) -> float:
+    """Standard error [us] of the skew from the spread of its per-frequency values (lag / omega):
+    a lag that is not a pure delay (or a beam model off in phase) shows up as uncertainty."""
+    tau = [v["lag_rad"] / (2 * np.pi * float(f)) for f, v in per_frequency.items()]
+    return float(np.std(tau, ddof=1) / np.sqrt(len(tau)) * 1e6) if len(tau) > 1 else 0.0
+
+
 def fit_channels(channels: dict, layout) -> tuple[dict, list]:
     """True scale factor (calibrated / nominal scale) and skew [us] per channel; the reference
-    laser's are the rig file's (not identifiable from the rig's own motion)."""
+    laser's are the rig file's (not identifiable from the rig's own motion). The skew's standard
+    uncertainty: the calibration's or the spread between its frequencies', the larger."""
     ref = channels["details"]["reference"]
+    per_f = channels["details"]["per_frequency"]
     factors, out = {ref: (1.0, 0.0)}, []
     src = "channel calibration ({} Hz, {} repeats)".format(",".join(f"{f:g}" for f in channels["details"]["frequencies_hz"]),
                                                           channels["details"]["repeats"])
@@ -71,7 +80,7 @@ def fit_channels(channels: dict, layout) -> tuple[dict, list]:
         nom = layout.channel(name).scale
         factors[name] = (v["scale_per_v"] / nom, u["scale_per_v"] / nom)
         out.append(Quantity(f"channels.{name}.scale_factor", v["scale_per_v"] / nom, u["scale_per_v"] / nom, "", src))
-        out.append(Quantity(f"channels.{name}.skew_us", v["skew_us"], u["skew_us"], "us", src,
+        out.append(Quantity(f"channels.{name}.skew_us", v["skew_us"], max(u["skew_us"], _between_frequencies_us(per_f[name])), "us", src,
                             f"relative to {ref} (whose own lag is the rig file's)", floor=SKEW_FLOOR_US))
     return factors, out
 

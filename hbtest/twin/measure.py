@@ -136,10 +136,16 @@ def measure_quiet(rig, layout, settings: TwinSettings) -> dict:
             "sample_rate_hz": float(rig.describe().sample_rate_hz), "input_range_v": rig.describe().input_range_v, "band_hz": list(BAND_HZ), "records": records}
 
 
+#: harmonics of the free-decay multisine (fewer when the rig's generator offers fewer: a HELIC-DAQ
+#: experiment says how many in ``describe().details["harmonics"]``)
+DECAY_ORDERS = 24
+
+
 def rig_modes(rig, voltage_v: float) -> np.ndarray:
     """The rig's modes [rad/s] from its free decays: the one place the twin identifies them
     (:func:`hbtest.rig.identify.free_decay_modes` today; a stored identification record later)."""
-    return identify.free_decay_modes(rig, voltage_v)
+    orders = min(DECAY_ORDERS, int(rig.describe().details.get("harmonics", DECAY_ORDERS)))
+    return identify.free_decay_modes(rig, voltage_v, orders=orders)
 
 
 def measure_decays(rig, settings: TwinSettings) -> dict:
