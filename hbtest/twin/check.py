@@ -35,12 +35,27 @@ def _well(q) -> bool:
     return q.u is not None and abs(q.value) > 0 and q.u <= WELL_MEASURED * abs(q.value)
 
 
+def _mode_keys(twin: dict, rig: dict) -> dict:
+    """twin mode key -> the rig's key of the mode nearest in frequency (the runs may find
+    different sets of modes, so their numbers need not match)."""
+    f_rig = {k.split(".")[1]: q.value for k, q in rig.items() if k.startswith("modes.") and k.endswith(".frequency_hz")}
+    out = {}
+    for k, q in twin.items():
+        if k.startswith("modes.") and k.endswith(".frequency_hz") and f_rig:
+            j = min(f_rig, key=lambda n: abs(f_rig[n] - q.value))
+            i = k.split(".")[1]
+            out[f"modes.{i}.frequency_hz"], out[f"modes.{i}.damping_ratio"] = f"modes.{j}.frequency_hz", f"modes.{j}.damping_ratio"
+    return out
+
+
 def compare(twin_quantities, rig_quantities) -> tuple[list[Comparison], float]:
-    """Every quantity both sides have, and the worst ratio max(r, 1/r) over the counted ones."""
+    """Every quantity both sides have (modes matched by frequency), and the worst ratio
+    max(r, 1/r) over the counted ones."""
     rig = {q.key: q for q in rig_quantities}
+    modes = _mode_keys({q.key: q for q in twin_quantities}, rig)
     out = []
     for t in twin_quantities:
-        r = rig.get(t.key)
+        r = rig.get(modes.get(t.key, t.key))
         if r is None or t.key.endswith(".scale_factor") and t.u is None:
             continue
         magnitude = not t.key.endswith(_DIFFERENCES) and t.value > 0 and r.value > 0
