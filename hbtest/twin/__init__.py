@@ -10,15 +10,27 @@ uncertainty. ``check`` (:mod:`.check`): the same statistics on two rigs, side by
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from ..events import StepFinished, StepStarted
+from ..events import Notice, StepFinished, StepStarted
 from .fit import Quantity, fit_channels, fit_modes, fit_quiet, fit_scatter
-from .measure import TwinSettings, measure_channels, measure_decays, measure_quiet, measure_scatter, settle_s
+from .measure import (
+    SETTLE_TIME_CONSTANTS,
+    TwinSettings,
+    measure_channels,
+    measure_decays,
+    measure_quiet,
+    measure_scatter,
+    settle_s,
+)
 
 __all__ = ["TwinSettings", "Quantity", "measure", "fit_record", "STEPS", "bound_s"]
 
 STEPS = ("quiet", "decays", "channels", "scatter")
+#: the channel step's settling should reach exp(-14) (1e-6) of a transient (a phase of 1e-6 rad)
+CHANNEL_SETTLE_TIME_CONSTANTS = 14.0
 
 
 def bound_s(rig, settings: TwinSettings) -> float:
@@ -46,6 +58,10 @@ def measure(rig, physical, settings: TwinSettings = TwinSettings(), progress=Non
     mains_hz = float(np.mean([r["mains_hz"] for r in record["quiet"]["records"]]))
     layout = layout.with_channels({}, mains_hz=mains_hz)
     step(1, "decays", lambda: measure_decays(rig, settings))
+    slow = settle_s(record["decays"], replace(settings, scatter_settle_s=0.0, scatter_settle_max_s=np.inf)) / SETTLE_TIME_CONSTANTS
+    if CHANNEL_SETTLE_TIME_CONSTANTS * slow > settings.channels.settle_s:
+        emit(Notice(f"twin: the channel step settles {settings.channels.settle_s:g} s after each change of demand, less than"
+                    f" {CHANNEL_SETTLE_TIME_CONSTANTS:g} time constants of the slowest measured mode ({slow:.2g} s): its gains and lags may carry the transient"))
     step(2, "channels", lambda: measure_channels(rig, physical, layout, settings))
     step(3, "scatter", lambda: measure_scatter(rig, layout, settings, settle_s(record["decays"], settings)))
     record["rig_time_s"]["total"] = float(sum(record["rig_time_s"].values()))
