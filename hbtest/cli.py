@@ -20,7 +20,7 @@ from threadpoolctl import threadpool_limits
 from . import __version__
 from .errors import Terminated, UserError
 
-COMMANDS = ("design", "sweep", "resume", "plot", "export", "stability", "classical", "compare", "serve", "rig", "modal", "campaign", "calibrate", "reduce", "report")
+COMMANDS = ("design", "sweep", "resume", "plot", "export", "stability", "classical", "compare", "serve", "rig", "modal", "campaign", "calibrate", "reduce", "report", "twin")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 __all__ = [
     "Event", "RunStarted", "LockTakenOver", "PointFinished", "StopRequested", "RunFinished", "PlotWritten", "Notice",
-    "PointMoved",
+    "PointMoved", "StepStarted", "StepFinished",
 ]
 
 
@@ -98,3 +98,24 @@ class PointMoved(Event):
     requested_hz: float
     applied_hz: float
     note: str
+
+
+@dataclass(frozen=True)
+class StepStarted(Event):
+    """A step of a multi-step rig procedure (``hbtest twin``) starts; ``bound_s``: the most rig
+    time [s] it takes."""
+
+    step: str
+    index: int  # 1-based
+    of: int
+    bound_s: float
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class StepFinished(Event):
+    """A step of a multi-step rig procedure ended after ``rig_s`` [s] of rig time."""
+
+    step: str
+    rig_s: float
+    text: str = ""

@@ -52,6 +52,9 @@ __all__ = [
     "MainsSettings",
     "ChannelSettings",
     "calibrate_mains",
+    "mains_from_record",
+    "acquire_zero",
+    "probed_level",
     "calibrate_channels",
     "beam_strain_per_motion",
     "PROCEDURES",
@@ -103,7 +106,8 @@ class ChannelSettings:
     voltage_fraction: float = 0.8
 
 
-def _acquire_zero(rig, n_act: int, s: MainsSettings):
+def acquire_zero(rig, n_act: int, s: MainsSettings):
+    """A zero-demand record of ``s.record_s`` [s] after ``s.settle_s`` [s] (demand at ``s.demand_hz``)."""
     rig.set_demand(s.demand_hz, np.zeros((n_act, 1), complex), [1])
     rig.wait(s.settle_s * s.demand_hz)
     return rig.acquire(max(1, int(round(s.record_s * s.demand_hz))))
@@ -122,9 +126,13 @@ def calibrate_mains(rig, layout=None, settings: MainsSettings = MainsSettings(),
     the channel names to fit (default: the gauges, where mains is picked up)."""
     desc = rig.describe()
     layout = layout or desc.sensors
+    return mains_from_record(acquire_zero(rig, len(desc.actuators), settings), layout, settings, channels)
+
+
+def mains_from_record(acq, layout, settings: MainsSettings = MainsSettings(), channels=None) -> ProcedureResult:
+    """The fit of :func:`calibrate_mains` on a zero-demand record ``acq`` already taken."""
     names = tuple(channels) if channels else tuple(c.name for c in layout.gauges)
     M = max(1, layout.mains_multiples)
-    acq = _acquire_zero(rig, len(desc.actuators), settings)
     t = np.asarray(acq.t, float) - float(acq.t[0])
     Y = np.stack([np.asarray(acq.data[n], float) * layout.channel(n).scale for n in names])  # (n_ch, N)
     Y = Y / np.std(Y, axis=1, keepdims=True)  # each channel weighted by its own level
@@ -142,7 +150,17 @@ def calibrate_mains(rig, layout=None, settings: MainsSettings = MainsSettings(),
     best = grid[int(np.argmin([rss(f) for f in grid]))]
     res = scipy.optimize.minimize_scalar(rss, bounds=(best - step, best + step), method="bounded", options={"xatol": MAINS_XATOL_HZ})
     f = float(res.x)
-    # Gauss-Newton covariance of (f, per-channel linear coefficients)
+    sigma, amp, s2 = _mains_covariance(t, Y, f, M)
+    return ProcedureResult(
+        "mains", {"mains_hz": f}, {"mains_hz": sigma},
+        {"mains": {"channels": list(names), "record_s": float(T), "nominal_hz": f0, "multiples": M,
+                   "fundamental_to_residual_rms": [a / np.sqrt(s2) for a in amp]}},
+    )
+
+
+def _mains_covariance(t, Y, f: float, M: int) -> tuple[float, list, float]:
+    """Gauss-Newton standard uncertainty of the mains frequency ``f`` fitted to ``Y`` (with the
+    per-channel linear coefficients), the fundamental's amplitude per channel, the residual variance."""
     X = _mains_design(t, f, M)
     coef, *_ = np.linalg.lstsq(X, Y.T, rcond=None)  # (2M+1, n_ch)
     n_ch, N = Y.shape
@@ -159,13 +177,8 @@ def calibrate_mains(rig, layout=None, settings: MainsSettings = MainsSettings(),
     resid = Y.T - X @ coef
     s2 = float(np.sum(resid**2)) / (n_ch * N - J.shape[1])
     cov = s2 * np.linalg.inv(J.T @ J)
-    sigma = float(np.sqrt(cov[0, 0]))
     amp = [float(np.hypot(coef[1, c], coef[2, c])) for c in range(n_ch)]
-    return ProcedureResult(
-        "mains", {"mains_hz": f}, {"mains_hz": sigma},
-        {"mains": {"channels": list(names), "record_s": float(T), "nominal_hz": f0, "multiples": M,
-                   "fundamental_to_residual_rms": [a / np.sqrt(s2) for a in amp]}},
-    )
+    return float(np.sqrt(cov[0, 0])), amp, s2
 
 
 def beam_strain_per_motion(physical, positions, frequency_hz: float) -> np.ndarray:
@@ -241,7 +254,7 @@ def _motion_sensitivities(physical, chans, f: float) -> np.ndarray:
     return P
 
 
-def _probed_level(rig, desc, layout, settings: ChannelSettings, f: float, a: int, full_scale: float) -> float:
+def probed_level(rig, desc, layout, settings: ChannelSettings, f: float, a: int, full_scale: float) -> float:
     """Drive actuator ``a`` alone at ``f``: probe at ``probe_v``, then settle at the voltage that
     brings the largest channel to ``target_fraction`` of full scale (capped); return it."""
     n_act = len(desc.actuators)
@@ -281,7 +294,7 @@ def calibrate_channels(rig, physical, layout=None, settings: ChannelSettings = C
         P = _motion_sensitivities(physical, chans, f)
         per_cfg = []
         for a in range(n_act):
-            v = _probed_level(rig, desc, layout, settings, f, a, full_scale)
+            v = probed_level(rig, desc, layout, settings, f, a, full_scale)
             levels[f"{f:g} Hz, actuator {desc.actuators[a]}"] = float(v)
             per_cfg.append([_coefficients(rig.acquire(settings.n_periods), layout, f, nuisance) for _ in range(settings.repeats)])
         for r in range(settings.repeats):

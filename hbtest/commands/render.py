@@ -13,6 +13,8 @@ from ..events import (
     PointMoved,
     RunFinished,
     RunStarted,
+    StepFinished,
+    StepStarted,
     StopRequested,
 )
 
@@ -53,6 +55,10 @@ def render(ev: Event) -> str | None:
         return head + f"; store {ev.store}"
     if isinstance(ev, Notice):
         return f"hbtest: {ev.text}"
+    if isinstance(ev, StepStarted):
+        return f"hbtest: step {ev.index}/{ev.of} {ev.step}: at most {ev.bound_s:.0f} s of rig time{': ' + ev.text if ev.text else ''}"
+    if isinstance(ev, StepFinished):
+        return f"hbtest:   {ev.step} done in {ev.rig_s:.1f} s of rig time{': ' + ev.text if ev.text else ''}"
     if isinstance(ev, PointMoved):
         return f"hbtest: warning: point {ev.index + 1} runs at {ev.applied_hz:.6g} Hz instead of {ev.requested_hz:g} Hz: {ev.note}"
     return None

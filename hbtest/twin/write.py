@@ -1,0 +1,151 @@
+"""The twin's rig file: a ``virtual`` rig file whose every fitted value carries a comment naming
+the measurement it came from and its standard uncertainty (:class:`~hbtest.twin.fit.Quantity`).
+
+Taken as text, not measured (and said so in the file): ``[sensors]`` and ``[physical]`` from the
+user's rig file (the nominal calibration and geometry the reduction uses), the mechanics
+(``[virtual]``'s scalars, ``[virtual.clamp]``, ``[virtual.friction]``, ``[[virtual.shakers]]``,
+``[[virtual.nonlinear]]``) from the template (the rig file itself when it is virtual, else the
+reference twin), and the mains drift's amplitude and period from the template.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+__all__ = ["twin_text", "blocks"]
+
+_HEADER = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_.\-]+)\s*\]\]?")
+#: tables copied from the template: the mechanics (never its noise, mains, scatter, ADC, true sensors)
+MECHANICS = ("virtual", "virtual.clamp", "virtual.friction", "virtual.shakers", "virtual.nonlinear")
+
+
+def blocks(text: str) -> list[tuple[str, str]]:
+    """(table name, its text: header line to the next header) of a TOML file, in order."""
+    out: list[tuple[str, list[str]]] = [("", [])]
+    for line in text.splitlines():
+        m = _HEADER.match(line)
+        if m:
+            out.append((m.group(1), []))
+        out[-1][1].append(line)
+    return [(name, "\n".join(lines).rstrip() + "\n") for name, lines in out if name]
+
+
+def _copied(text: str, keep) -> str:
+    return "\n".join(body for name, body in blocks(text) if keep(name))
+
+
+def _num(x: float) -> str:
+    return f"{float(x):.6g}"
+
+
+def _matrix(m) -> str:
+    return "[" + ", ".join("[" + ", ".join(_num(x) for x in row) + "]" for row in np.asarray(m)) + "]"
+
+
+def _line(key: str, value: str, q=None, text: str = "") -> str:
+    comment = q.comment() if q is not None else text
+    return f"{key} = {value}" + (f"   # {comment}" if comment else "")
+
+
+def _mix(C: np.ndarray) -> tuple[float, np.ndarray]:
+    """rms of the first channel and the lower-triangular mix with ``rms^2 mix mix^T = C``."""
+    w, v = np.linalg.eigh(C)
+    C = (v * np.maximum(w, 1e-30 * max(w.max(), 1e-300))) @ v.T
+    L = np.linalg.cholesky(C)
+    return float(L[0, 0]), L / L[0, 0]
+
+
+def _noise_table(params: dict, layout, qd: dict) -> list[str]:
+    nz = params["quiet"]["noise"]
+    names, C = nz["names"], nz["covariance"]
+    out = ["[virtual.noise]   # white noise: the broadband residual of the zero-demand records, channel covariance -> rms x mix"]
+    for kind, key, unit in (("laser", "laser", "um"), ("strain_gauge", "gauge", "microstrain")):
+        idx = [i for i, n in enumerate(names) if layout.channel(n).kind == kind]
+        rms, mix = _mix(C[np.ix_(idx, idx)])
+        first = names[idx[0]]
+        corr = "; ".join(f"{k.split('.')[1]} r = {q.value:.4f} +/- {q.u:.2g}" for k, q in qd.items()
+                         if k.startswith("noise.") and k.endswith(".correlation") and all(
+                             p in [names[i] for i in idx] for p in k.split(".")[1].split("_")))
+        levels = "; ".join(f"{names[i]} {qd[f'noise.{names[i]}.rms'].value:.4g} +/- {qd[f'noise.{names[i]}.rms'].u:.2g} {unit}" for i in idx)
+        out.append(_line(f"{key}_rms_{unit}", _num(rms * 1e6), qd[f"noise.{first}.rms"]))
+        out.append(_line(f"{key}_mix", _matrix(mix), text=f"lower Cholesky factor of the covariance / {key}_rms: rms {levels}; {corr or 'one channel'}"))
+    return out
+
+
+def _mains_table(params: dict, qd: dict, drift: tuple) -> list[str]:
+    q = params["quiet"]
+    gauges, lines = q["gauges"], q["lines"]
+    M = max(k for _, k in lines) + 1
+    amp = np.array([[abs(lines[(g, k)][0]) for k in range(M)] for g in gauges])
+    ph = np.array([[np.degrees(np.angle(lines[(g, k)][0])) for k in range(M)] for g in gauges])
+    A = float(amp[:, 0].max())
+    harm = amp.max(axis=0) / A
+    gain = amp / (A * np.where(harm > 0, harm, 1.0))
+    per = lambda what, unit: "; ".join(  # noqa: E731
+        f"{g}: " + ", ".join(f"{qd[f'mains.{g}.line{k + 1}_{what}'].value:.3g}+/-{qd[f'mains.{g}.line{k + 1}_{what}'].u:.1g}"
+                             if f"mains.{g}.line{k + 1}_{what}" in qd else "insignificant" for k in range(M)) for g in gauges) + f" {unit}"
+    src = qd[f"mains.{gauges[0]}.line1_amplitude"].source
+    return ["[virtual.mains]   # " + src,
+            _line("frequency_hz", _num(qd["mains.frequency_hz"].value), qd["mains.frequency_hz"]),
+            _line("amplitude_microstrain", _num(A * 1e6), text=f"the largest fundamental; amplitudes per gauge and multiple: {per('amplitude', 'microstrain')}"),
+            _line("harmonics", "[" + ", ".join(_num(x) for x in harm) + "]", text="the largest line of each multiple / amplitude (uncertainties: above)"),
+            _line("gauge_gain", _matrix(gain), text="each gauge's line / (amplitude x harmonics) (uncertainties: above)"),
+            _line("gauge_phase_deg", _matrix(ph), text=f"phases relative to one mains phase: {per('phase_deg', 'deg')}"),
+            _line("drift_hz", _num(drift[0]), text=f"NOT MEASURED: taken from {drift[2]} (a drift over half an hour is not identifiable "
+                  f"within the command; the records' frequencies spread by {qd['mains.record_spread_hz'].value:.3g} Hz)"),
+            _line("drift_period_s", _num(drift[1]), text=f"NOT MEASURED: taken from {drift[2]}")]
+
+
+def _scatter_adc_tables(params: dict, qd: dict, range_v: float) -> list[str]:
+    s = params["scatter"]
+    sds = [qd[f"demand_scatter.sd_v.{i}"] for i in range(len(s["sd_v"]))]
+    out = ["[virtual.demand_scatter]   # " + sds[0].source,
+           _line("sd_v", "[" + ", ".join(_num(q.value) for q in sds) + "]",
+                 text="per actuator: " + "; ".join(f"{q.value:.3g} +/- {q.u:.2g} V" + (" LARGE UNCERTAINTY" if q.flagged else "") for q in sds)),
+           _line("correlation", _num(qd["demand_scatter.correlation"].value), qd["demand_scatter.correlation"]), "",
+           "[virtual.adc]"]
+    step = params["quiet"]["noise"]["converter_step_v"]
+    bits = np.log2(2 * range_v / step) if step > 0 else 0.0
+    if step > 0 and abs(bits - round(bits)) < 0.05 and 8 <= round(bits) <= 32:
+        out.append(_line("bits", str(int(round(bits))), text=f"the smallest step between sample values, {step:.4g} V, over the +/-{range_v:g} V range"))
+    else:
+        out.append(_line("bits", "0", text=f"ideal: no converter step found in the samples (smallest {step:.3g} V)"))
+    out.append(_line("range_v", _num(range_v), text="the rig's input range (describe()), not measured"))
+    return out
+
+
+def _true_sensors(params: dict, qd: dict) -> list[str]:
+    out = []
+    for name, (factor, _) in params["factors"].items():
+        if f"channels.{name}.skew_us" not in qd:
+            continue
+        skew = qd[f"channels.{name}.skew_us"]
+        note = "" if skew.value >= 0 else "; CLIPPED to 0: the twin simulates only non-negative skews"
+        out += [f"[virtual.true_sensors.{name}]", _line("scale_factor", _num(factor), qd[f"channels.{name}.scale_factor"]),
+                _line("skew_us", _num(max(skew.value, 0.0)), text=skew.comment() + note), ""]
+    return out
+
+
+def twin_text(rig_text: str, template_text: str, cfg, params: dict, quantities: list, meta: dict) -> str:
+    """The twin's rig file (module docstring). ``cfg``: the user's parsed rig file; ``meta``:
+    ``rigfile``, ``template``, ``date``, ``rig_time_s``, ``drift`` (hz, period_s, source),
+    ``input_range_v``, ``seed``."""
+    qd = {q.key: q for q in quantities}
+    ref = next(q for q in quantities if q.key.endswith(".scale_factor") and q.u is None)
+    head = [f"# hbtest twin of {cfg.identity!r}: measured from {meta['rigfile']} ({cfg.kind}) by `hbtest twin` on {meta['date']},",
+            f"# {meta['rig_time_s']:.0f} s of rig time; the measurements are in the JSON record beside this file.",
+            "# Every fitted value carries a comment: the measurement it came from and its standard uncertainty.",
+            f"# Taken from the rig file, not measured: [rig] limits, [sensors] (nominal calibration), [physical]; {ref.note}.",
+            f"# Taken from {meta['template']}, not measured: the mechanics ([virtual] scalars, clamp, friction, shakers):",
+            "# the rig's modes were measured (the record's `decays`) and are compared by `hbtest twin --check`, not fitted.",
+            "", "[rig]", 'kind = "virtual"', f"identity = {('twin of ' + cfg.identity)!r}".replace("'", '"'),
+            f"sample_rate_hz = {_num(cfg.sample_rate_hz)}", f"voltage_limit_v = {_num(cfg.voltage_limit_v)}",
+            "actuators = [" + ", ".join(f'"{a}"' for a in cfg.actuators) + "]", ""]
+    sensors = _copied(rig_text, lambda n: n == "physical" or n == "sensors" or n.startswith("sensors."))
+    mech = _copied(template_text, lambda n: n in MECHANICS)
+    mech = re.sub(r"(?m)^seed\s*=.*$", f"seed = {meta['seed']}", mech)
+    fitted = (_noise_table(params, cfg.sensors, qd) + [""] + _mains_table(params, qd, meta["drift"]) + [""]
+              + _scatter_adc_tables(params, qd, meta["input_range_v"]) + [""] + _true_sensors(params, qd))
+    return "\n".join(head) + "\n" + sensors + "\n" + mech + "\n" + "\n".join(fitted)
