@@ -29,6 +29,8 @@ from hbtest.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "sweeps" / "paper-cantilever.toml"
 RIG = ROOT / "instruments" / "virtual-cantilever.toml"
+#: a mutated file's short sweep ends (error or result) within this: a bound against hangs, not a
+#: timing figure (the slowest example per run took 4.7-14.7 s in the threshold audit's five runs, machine load 2-11)
 TIME_BOUND_S = 20.0
 RUN_ARGS = ["--set", "sweep.points=2", "--set", "test.max_iterations=1", "--no-plot", "--quiet"]
 
