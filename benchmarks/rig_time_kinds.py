@@ -74,6 +74,10 @@ def served_run(kind: str, sweep_file: Path, cfg, seed: int, sets, tmp: Path):
         record = next(folder.glob("*.modes.json"), None)
         ident = json.loads(record.read_text())["rig_time_s"] if record else float("nan")
         return ds, ident
+    except Exception:
+        served.process.kill()
+        print(f"{kind}: served twin's output: {served.process.communicate()[0][-2000:]}", flush=True)
+        raise
     finally:
         served.stop()
 
@@ -107,7 +111,13 @@ def main() -> None:
                 base_periods = float(base.rig_periods.values.sum())
                 line(f"{name} seed={seed} in-process", base, cfg, base_periods, 0.0)
                 for kind in kinds:
-                    ds, ident = served_run(kind, sweep_file, cfg, seed, sets, tmp)
+                    try:
+                        ds, ident = served_run(kind, sweep_file, cfg, seed, sets, tmp)
+                    except Exception as e:  # a run that fails counts against the acceptance, the others go on
+                        print(f"{name} seed={seed} {kind:<14} failed: {type(e).__name__}: {e}", flush=True)
+                        failures += 1
+                        worst[kind] = float("inf")
+                        continue
                     r = line(f"{name} seed={seed} {kind}", ds, cfg, base_periods, ident)
                     failures += int((~ds.converged.values).sum()) + int(exact_error(ds, cfg) > 0.01)
                     worst[kind] = max(worst.get(kind, 0.0), r)

@@ -118,7 +118,8 @@ def test_demand_and_acquisition_end_to_end_exact():
     with ScriptedInstrument(gen_script, "33500B") as gen, ScriptedInstrument(dig_script, "scope") as dig:
         cfg = load_rig(RIG, [f"generator.resource={gen.resource_name}", f"digitiser.resource={dig.resource_name}",
                              f"generator.arb_points={N}", "generator.ramp_down_s=0.0", "generator.ramp_down_steps=2",
-                             "generator.timeout_ms=500", "digitiser.timeout_ms=500", "rig.sample_rate_hz=100.0"])
+                             "generator.timeout_ms=500", "digitiser.timeout_ms=500", "rig.sample_rate_hz=100.0",
+                             "identify.band_hz=20.0"])  # the template's [identify] band must fit the 100 Hz rate
         gl = ScpiLink(open_resource(gen.resource_name, "gen", timeout_ms=500), "gen")
         dl = ScpiLink(open_resource(dig.resource_name, "dig", timeout_ms=500), "dig")
         # a frozen clock: the restart lands at demand phase 0 (no rotation of the waveforms)
