@@ -87,6 +87,9 @@ def line(label: str, ds, cfg, base_periods: float, ident: float) -> float:
     ratio = float(periods.sum() / base_periods)
     print(f"{label:<28} converged={int(ds.converged.values.sum())}/{periods.size} frf_error_max={exact_error(ds, cfg):.4f} "
           f"periods_per_point={periods.mean():.1f} ratio={ratio:.3f} identification_rig_s={ident:.2f}", flush=True)
+    print(f"{'':<28} periods={','.join(f'{p:.0f}' for p in periods)} iterations={','.join(str(int(n)) for n in ds.iterations.values)}")
+    for i in np.flatnonzero(~ds.converged.values):  # what ended a point that did not converge
+        print(f"{'':<28} point {i + 1} ({ds.frequency.values[i]:.3f} Hz): {ds.stop_reason.values[i]}: {ds.message.values[i]}")
     return ratio
 
 
