@@ -54,6 +54,13 @@ def rig_text(protocol: str, ports) -> str:
     return text
 
 
+def without_identify(text: str) -> str:
+    """A rig file's text without its ``[identify]`` table (up to the blank line after it): a
+    hardware kind then offers no modes and the point loop settles window by window."""
+    head, sep, rest = text.partition("\n[identify]\n")
+    return head + "\n" + rest.split("\n\n", 1)[1] if sep else text
+
+
 @dataclass
 class Served:
     """``hbtest serve --protocol <protocol>`` of the twin, a separate process."""

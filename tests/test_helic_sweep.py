@@ -10,7 +10,17 @@ import dataclasses
 import numpy as np
 import pytest
 import xarray as xr
-from served import INSTRUMENTS, PAPER, QUIET, TWIN, frf_error, kill_then_resume, rig_text, served_sweep
+from served import (
+    INSTRUMENTS,
+    PAPER,
+    QUIET,
+    TWIN,
+    frf_error,
+    kill_then_resume,
+    rig_text,
+    served_sweep,
+    without_identify,
+)
 
 from hbtest.cli import main
 from hbtest.config import load_rig, load_sweep
@@ -19,9 +29,9 @@ from hbtest.serve.helic import HelicDevice, HelicServer
 from hbtest.store import RunStore
 
 
-def _rig_copy(tmp_path, port, name="helic.toml"):
+def _rig_copy(tmp_path, port, name="helic.toml", edit=lambda t: t):
     path = tmp_path / name
-    path.write_text(rig_text("helic", (port,)))
+    path.write_text(edit(rig_text("helic", (port,))))
     return path
 
 
@@ -128,12 +138,12 @@ def test_per_point_tables_equal_the_in_process_run_on_the_same_measurement_path(
     sets = [f"sweep.points={points}"]
     a = run(load_sweep(PAPER, sets), tmp_path / "in.zarr", plot=False)
     with HelicServer(load_rig(TWIN), port=0) as srv:
-        rig = _rig_copy(tmp_path, srv.port)
+        rig = _rig_copy(tmp_path, srv.port, edit=without_identify)  # no modes: it settles, as the in-process run here
         b = run(load_sweep(PAPER, sets + [f"rig='{rig}'"]), tmp_path / "helic.zarr", plot=False)
     assert srv.device.ahead_counts["taken"] > 0  # records simulated ahead were served
     monkeypatch.setattr(HelicDevice, "look_ahead", lambda self: None)
     with HelicServer(load_rig(TWIN), port=0) as srv:  # nothing simulated ahead: the same tables, bit for bit
-        rig = _rig_copy(tmp_path, srv.port, "helic-plain.toml")
+        rig = _rig_copy(tmp_path, srv.port, "helic-plain.toml", edit=without_identify)
         c = run(load_sweep(PAPER, sets + [f"rig='{rig}'"]), tmp_path / "plain.zarr", plot=False)
     assert srv.device.ahead_counts == dict(taken=0, discarded=0)
     for name in ("interface_displacement", "interface_force", "voltage", "rig_periods"):

@@ -26,8 +26,10 @@ NO_ERROR = '+0,"No error"'
 
 def test_example_rig_file_parses():
     cfg = load_rig(RIG)
-    assert cfg.kind == "scpi" and KIND.tables == ("generator", "digitiser", "identify")
-    assert cfg.spec.identify is None  # no [identify]: the rig offers no modes, the loop waits window by window
+    assert cfg.kind == "scpi" and KIND.tables == ("generator", "digitiser")  # [identify] is every kind's
+    # the lab template turns the identification on, its record beside the rig file (issue 40)
+    assert cfg.identify is not None and cfg.identify.record.name == "lab-33500b-scope.modes.json"
+    assert (cfg.identify.voltage_v, cfg.identify.band_hz, cfg.identify.decay_s, cfg.identify.orders) == (2.5, 150.0, 1.5, 24)
     g, d = cfg.spec.generator, cfg.spec.digitiser
     assert g.resource == "TCPIP0::192.0.2.10::5025::SOCKET" and g.output_load == "INF"
     assert [(c.actuator, c.channel, c.voltage_limit_v) for c in g.channels] == [("vertical", 1, 5.0), ("rotational", 2, 4.0)]
@@ -116,7 +118,8 @@ def test_demand_and_acquisition_end_to_end_exact():
     with ScriptedInstrument(gen_script, "33500B") as gen, ScriptedInstrument(dig_script, "scope") as dig:
         cfg = load_rig(RIG, [f"generator.resource={gen.resource_name}", f"digitiser.resource={dig.resource_name}",
                              f"generator.arb_points={N}", "generator.ramp_down_s=0.0", "generator.ramp_down_steps=2",
-                             "generator.timeout_ms=500", "digitiser.timeout_ms=500", "rig.sample_rate_hz=100.0"])
+                             "generator.timeout_ms=500", "digitiser.timeout_ms=500", "rig.sample_rate_hz=100.0",
+                             "identify.band_hz=20.0"])  # the template's [identify] band must fit the 100 Hz rate
         gl = ScpiLink(open_resource(gen.resource_name, "gen", timeout_ms=500), "gen")
         dl = ScpiLink(open_resource(dig.resource_name, "dig", timeout_ms=500), "dig")
         # a frozen clock: the restart lands at demand phase 0 (no rotation of the waveforms)

@@ -41,6 +41,7 @@ def run(args) -> int:
     print("    physical:  " + ", ".join(f"{f:.2f}" for f in rep.ps_clamped_interface_modes_hz))
     print(f"  target mode {rep.target_mode} at {rep.target_mode_hz:.4f} Hz; interface amplitude {rep.interface_relative_amplitude:.1%} of the mode maximum")
     _levels(rep.levels)
+    print(f"  {_rig_time(cfg)}")
     for d in (rep.mains or {}).get("decisions", []):
         print(f"  mains: point {d['index'] + 1} ({d['requested_hz']:g} Hz): {d['action']} -> {d['applied_hz']:.6g} Hz")
     if rep.warnings:
@@ -68,3 +69,46 @@ def _levels(lv) -> None:
             print(f"    demand {name:<10} {v[j]:>7.3g} V at {f[j]:g} Hz  limit {lim:g} V")
     for n in lv["notes"]:
         print(f"    note: {n}")
+
+
+#: rig time per sweep against the twin's in-process run, measured on the paper sweep through the
+#: served twins (benchmarks/rig_time_kinds.py, issue 40): with the modes known (the point loop fits
+#: through the transient) and without (it settles window by window)
+RIG_TIME_WITH_MODES = "1.0-1.3x"
+RIG_TIME_WITHOUT_MODES = "7-15x"
+
+
+def identification_rig_time_s(n_actuators: int, ident) -> float:
+    """Rig time [s] of the free-decay experiment of ``ident`` (:class:`~hbtest.config.section.IdentifySpec`),
+    as :func:`hbtest.rig.identify.free_decay_modes` spends it: per actuator, a half-period ramp and
+    3 periods of the multisine's fundamental ``band_hz / orders``, then ``decay_s`` rounded up
+    to whole periods of ``band_hz``."""
+    import math
+
+    f0 = ident.band_hz / ident.orders
+    return n_actuators * ((0.5 + 3) / f0 + math.ceil(ident.decay_s * ident.band_hz) / ident.band_hz)
+
+
+def _rig_time(cfg) -> str:
+    """One line: the rig time the sweep's rig can expect, with and without its modes known."""
+    from ..config import load_rig
+
+    rig = load_rig(cfg.rig_path, cfg.rig_overrides)
+    if rig.kind == "virtual":
+        return f"rig time: the twin knows its modes (the in-process figure); a hardware rig: {RIG_TIME_WITH_MODES} of it with [identify], {RIG_TIME_WITHOUT_MODES} without"
+    if rig.identify is None:
+        return (f"rig time: no [identify] in {rig.source.path}: the loop settles window by window, {RIG_TIME_WITHOUT_MODES} the twin's "
+                f"in-process rig time; with [identify] ~{identification_rig_time_s(len(rig.actuators), _default_identify(rig)):.1f} s once, then {RIG_TIME_WITH_MODES}")
+    spent = identification_rig_time_s(len(rig.actuators), rig.identify)
+    on_file = "a record is on file" if rig.identify.record.exists() else "none on file yet"
+    return (f"rig time: [identify] on ({rig.identify.record.name}, {on_file}): {spent:.1f} s once to measure the modes "
+            f"({spent * cfg.sweep.start_hz:.0f} periods at {cfg.sweep.start_hz:g} Hz), then {RIG_TIME_WITH_MODES} the twin's in-process rig time; "
+            f"without it {RIG_TIME_WITHOUT_MODES}")
+
+
+def _default_identify(rig):
+    """The ``[identify]`` defaults of ``rig``'s file."""
+    from ..config.rig import read_identify
+    from ..config.section import Section
+
+    return read_identify(Section({}, rig.source.path, "identify"), rig.voltage_limit_v, rig.sample_rate_hz)

@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..rig import registry
 from .files import load_toml
-from .section import BeamSpec, RigCommon, Section, SourceFile, read_beam
+from .section import BeamSpec, IdentifySpec, RigCommon, Section, SourceFile, read_beam
 
 __all__ = ["RigConfig", "load_rig", "read_sensors"]
 
@@ -22,7 +22,9 @@ class RigConfig:
     """A parsed rig definition file. ``kind``: the :class:`~hbtest.rig.registry.RigKind` that
     parsed it and opens the rig; ``sensors``: the :class:`~hbtest.method.sensors.SensorLayout`;
     ``spec``: the kind's parsed tables (e.g. :class:`hbtest.rig.virtual.VirtualSpec`);
-    ``physical``: the PS beam as the rig file describes it (design), None when absent.
+    ``physical``: the PS beam as the rig file describes it (design), None when absent;
+    ``identify``: the ``[identify]`` table (:class:`~hbtest.config.section.IdentifySpec`), None
+    when absent (a rig kind that is not told its modes then settles window by window).
 
     ``virtual`` is the older name of ``spec``: a read-only property, and accepted by the
     constructor as a keyword (``RigConfig(..., virtual=spec)``)."""
@@ -36,13 +38,15 @@ class RigConfig:
     sensors: Any
     spec: Any = None
     physical: BeamSpec | None = None
+    identify: IdentifySpec | None = None
 
-    def __init__(self, source, kind, identity, actuators, sample_rate_hz, voltage_limit_v, sensors, spec=None, physical=None, *, virtual=None):
+    def __init__(self, source, kind, identity, actuators, sample_rate_hz, voltage_limit_v, sensors, spec=None, physical=None, identify=None, *,
+                 virtual=None):
         if virtual is not None:
             if spec is not None and spec is not virtual:
                 raise TypeError("RigConfig: give the kind's spec as spec= or as virtual=, not both")
             spec = virtual
-        values = (source, kind, identity, actuators, sample_rate_hz, voltage_limit_v, sensors, spec, physical)
+        values = (source, kind, identity, actuators, sample_rate_hz, voltage_limit_v, sensors, spec, physical, identify)
         for f, v in zip(fields(self), values):
             object.__setattr__(self, f.name, v)
 
@@ -173,6 +177,22 @@ def _checked_channels(sec: Section, channels: list, legacy: bool) -> list:
     return channels
 
 
+def read_identify(sec: Section, voltage_limit_v: float, sample_rate_hz: float) -> IdentifySpec:
+    """``[identify]`` (:class:`~hbtest.config.section.IdentifySpec`): the multisine's peak
+    bound ``voltage_v`` (default half of ``voltage_limit_v``, at most it), ``band_hz`` (at most
+    a fifth of the sample rate), ``decay_s``, ``orders`` and ``record`` (relative to the rig file)."""
+    base = Path(sec.source).resolve().parent
+    spec = IdentifySpec(
+        voltage_v=sec.number("voltage_v", 0.5 * voltage_limit_v, positive=True, max=voltage_limit_v),
+        band_hz=sec.number("band_hz", 150.0, positive=True, max=0.2 * sample_rate_hz),
+        decay_s=sec.number("decay_s", 1.5, positive=True, max=60.0),
+        orders=sec.integer("orders", 24, min=2, max=200),
+        record=sec.path("record", base, default=f"{Path(sec.source).stem}.modes.json"),
+    )
+    sec.finish()
+    return spec
+
+
 def _apply_calibration_key(sec: Section, layout):
     """``[sensors].calibration = "record.json"`` (relative to the rig file): the calibration
     record's values replace the nominal ones (:func:`hbtest.calibration.apply_calibration`);
@@ -215,7 +235,8 @@ def _parse_kind(rig_kind, top: Section, common: RigCommon):
 
 def load_rig(path, overrides=(), text: str | None = None) -> RigConfig:
     """Parse and validate a rig file: ``[rig]`` (``kind`` one of
-    :func:`hbtest.rig.registry.names`), ``[sensors]``, optional ``[physical]``; the kind's own
+    :func:`hbtest.rig.registry.names`), ``[sensors]``, optional ``[physical]`` and
+    ``[identify]``; the kind's own
     tables are parsed by its registered ``parse(top, common)``; any other top-level table is an
     error. A kind whose module cannot be imported is a ConfigError on ``rig.kind``."""
     doc, src = load_toml(path, overrides, text)
@@ -241,6 +262,7 @@ def load_rig(path, overrides=(), text: str | None = None) -> RigConfig:
         ph = top.sub("physical")
         physical = read_beam(ph)
         ph.finish()
+    identify = read_identify(top.sub("identify"), common["voltage_limit_v"], common["sample_rate_hz"]) if top.has("identify") else None
     try:
         rig_kind = registry.get(kind)
     except KeyError as e:
@@ -251,4 +273,4 @@ def load_rig(path, overrides=(), text: str | None = None) -> RigConfig:
     # configuration carries the calibrated ones (what the reduction uses)
     virtual = _parse_kind(rig_kind, top, RigCommon(sensors=nominal, physical=physical, path=src.path, **common))
     top.finish()
-    return RigConfig(src, kind, sensors=sensors, virtual=virtual, physical=physical, **common)
+    return RigConfig(src, kind, sensors=sensors, virtual=virtual, physical=physical, identify=identify, **common)

@@ -9,6 +9,8 @@ rig kind can use them without importing one another.
 - :class:`BeamSpec` / :func:`read_beam`: a uniform Euler–Bernoulli beam table.
 - :class:`RigCommon`: the fields every rig file shares (``[rig]``, ``[sensors]``,
   ``[physical]``), handed to a rig kind's parser (:mod:`hbtest.rig.registry`).
+- :class:`IdentifySpec`: the optional ``[identify]`` table any rig kind may have (the
+  free-decay identification of the rig's modes and where its record is kept).
 
 Units: SI inside; a file field carries its unit in its name (``length_mm``,
 ``youngs_modulus_gpa``, ``sample_rate_hz``...) and is converted when read. Reading TOML text is
@@ -27,7 +29,7 @@ from ..errors import ConfigError
 if TYPE_CHECKING:  # annotations only: the schema stays a leaf
     from ..method.sensors import SensorLayout
 
-__all__ = ["SourceFile", "Section", "BeamSpec", "read_beam", "RigCommon"]
+__all__ = ["SourceFile", "Section", "BeamSpec", "read_beam", "RigCommon", "IdentifySpec"]
 
 
 @dataclass(frozen=True)
@@ -265,3 +267,20 @@ class RigCommon:
     sensors: "SensorLayout"
     physical: BeamSpec | None
     path: str
+
+
+@dataclass(frozen=True)
+class IdentifySpec:
+    """The rig file's ``[identify]`` table (any kind that can stop its outputs and record):
+    the free-decay experiment of :func:`hbtest.rig.identify.free_decay_modes` — multisine peak
+    bound ``voltage_v`` [V], its band ``band_hz`` [Hz] spanned by ``orders`` harmonics (at most
+    what the device generates: 16 on a HELIC-DAQ), ``decay_s`` [s] of record after each stop —
+    and ``record``, the identification record (:mod:`hbtest.rig.identification`; the
+    key ``record``, relative to the rig file, default ``<rig file stem>.modes.json`` beside
+    it), read when valid for the rig and written when the rig is measured."""
+
+    voltage_v: float
+    record: Path
+    band_hz: float = 150.0
+    decay_s: float = 1.5
+    orders: int = 24

@@ -373,8 +373,8 @@ class PointLoop:
     def _measure(self, n_periods: int):
         """One window: (InterfaceMeasurement, channels over range, raw record or None)."""
         reject = self.rule.reject_mains
-        if isinstance(self.rig, DeviceAveraging):
-            nuisance = self.layout.mains_frequencies if reject else ()
+        if isinstance(self.rig, DeviceAveraging):  # the device removes the tracked mains (nominal before any)
+            nuisance = self.mains_layout().mains_frequencies if reject else ()
             rec = self.rig.acquire_coefficients(int(n_periods), self.orders, nuisance_hz=nuisance)
             return measure_interface_from_coefficients(rec, self.layout, self.orders, self.s.force_method), tuple(rec.overrange), None
         acq = self.rig.acquire(int(n_periods))
@@ -384,9 +384,11 @@ class PointLoop:
 
     def transient_modes(self):
         """The system's eigenvalues [rad/s] a transient fit needs, or None when this rig does
-        not offer them (:class:`~hbtest.rig.capabilities.KnownModes`) or averages on the
-        device (:class:`~hbtest.rig.capabilities.DeviceAveraging`: no raw record to fit)."""
-        if isinstance(self.rig, DeviceAveraging) or not isinstance(self.rig, KnownModes):
+        not offer them (:class:`~hbtest.rig.capabilities.KnownModes`). A rig that also averages
+        on the device (:class:`~hbtest.rig.capabilities.DeviceAveraging`, a box with an
+        identification) is then read raw: fitting through the transient saves far more rig
+        time than the device's averaging saves transfer, and the host tracks the mains."""
+        if not isinstance(self.rig, KnownModes):
             return None
         if self._modes is None:
             self._modes = np.asarray(self.rig.modes(), dtype=complex)

@@ -8,6 +8,8 @@ no registration, no base class).
 - :class:`KnownModes` — the rig's own modes, which the point loop fits through the transient
   (the twin);
 - :class:`Trips` — a latched safety trip that can be cleared so a sweep goes on (a box);
+- :class:`Disarms` — outputs that can be stopped and disarmed between demands, so that a long
+  host computation (an identification's pencil) does not run into a watchdog (a box);
 - :class:`ExactReference` — the exact response of the emulated structure, stored beside the
   measurement (the twin);
 - :class:`KnownPhysicalSide` — the physical substructure as a model (the twin), for the
@@ -20,7 +22,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["DeviceAveraging", "KnownModes", "Trips", "ExactReference", "KnownPhysicalSide"]
+__all__ = ["DeviceAveraging", "KnownModes", "Trips", "Disarms", "ExactReference", "KnownPhysicalSide"]
 
 
 @runtime_checkable
@@ -46,6 +48,14 @@ class Trips(Protocol):
     go on with the next point (``sweep.on_trip``)."""
 
     def clear_trip(self) -> None: ...
+
+
+@runtime_checkable
+class Disarms(Protocol):
+    """Outputs ramped to zero and disarmed (a box's ``OUTP OFF``: its watchdog then waits on no
+    host); the next non-zero demand arms them again."""
+
+    def disarm(self) -> None: ...
 
 
 @runtime_checkable

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .capabilities import Disarms
+
 __all__ = ["DECIMATE_TO_HZ", "free_decay", "free_decay_modes", "multisine", "pencil_modes"]
 
 DECIMATE_TO_HZ = 1000.0  # the decay record is block-averaged to about this rate (exact for exponentials)
@@ -106,8 +108,10 @@ def free_decay_modes(rig, voltage_v: float, band_hz: float = 150.0, decay_s: flo
     multisine of ``orders`` orders up to ``band_hz`` [Hz] with peak bound ``voltage_v`` [V],
     ``decay_s`` [s] of record after each stop) and return its modes (a mode must lose 2/3 of
     its amplitude within a third of the record to count). Leaves the rig at zero demand (at
-    ``band_hz``)."""
+    ``band_hz``), disarmed when it can be (:class:`~hbtest.rig.capabilities.Disarms`)."""
     n = len(rig.describe().actuators)
     decays = [free_decay(rig, a, band_hz, voltage_v, decay_s, orders, drive_periods) for a in range(n)]
+    if isinstance(rig, Disarms):  # the pencil takes seconds of host time: no watchdog must wait on it
+        rig.disarm()
     m = min(x.shape[1] for x, _ in decays)
     return pencil_modes(np.concatenate([x[:, :m] for x, _ in decays]), decays[0][1], min_decay_s=decay_s / 3)

@@ -91,10 +91,11 @@ def parse(top, common) -> BoxSpec:
 
 
 def open(rig_config, seed: int | None = None):  # noqa: A001 (the registry's name for it)
-    """Connect to the box of ``rig_config`` (``seed`` is meaningless for hardware: ignored)."""
-    from .client import BoxRig
+    """Connect to the box of ``rig_config`` (``seed`` is meaningless for hardware: ignored);
+    with an ``[identify]`` table the rig offers its identified modes."""
+    from .client import BoxRig, IdentifyingBoxRig
 
-    return BoxRig(rig_config)
+    return (BoxRig if rig_config.identify is None else IdentifyingBoxRig)(rig_config)
 
 
 KIND = register(RigKind("box", ("box",), parse, open))

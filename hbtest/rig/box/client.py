@@ -35,9 +35,10 @@ import numpy as np
 
 from ...errors import InstrumentError, LimitExceeded, RigTrip, UserError
 from .. import Acquisition, ChannelCoefficients, RigDescription, safety
+from ..identification import IdentifiedModes
 from .protocol import Record, Status, decode_array, fmt, parse_error_reply, reply_length
 
-__all__ = ["BoxRig", "MAX_STALE_REPLIES", "RECONNECT_SETTLE_PERIODS", "READ_CHUNK_BYTES", "DRAIN_TIMEOUT_MS"]
+__all__ = ["BoxRig", "IdentifyingBoxRig", "MAX_STALE_REPLIES", "RECONNECT_SETTLE_PERIODS", "READ_CHUNK_BYTES", "DRAIN_TIMEOUT_MS"]
 
 MAX_STALE_REPLIES = 16  # replies dropped while waiting for one request's reply
 RECONNECT_SETTLE_PERIODS = 5.0  # periods waited after re-applying the demand on a reconnect
@@ -567,19 +568,24 @@ class BoxRig:
         f, V, orders = self._demand
         self.set_demand(f, np.zeros_like(V), orders, self.spec.ramp_periods if ramp_periods is None else ramp_periods)
 
+    def disarm(self) -> None:
+        """Safe state, then ``OUTP OFF`` (:class:`hbtest.rig.capabilities.Disarms`): the box's
+        watchdog no longer runs; the next non-zero demand arms it again."""
+        self.safe_state()
+
+        def op():
+            self._ask("*OPC?", before=["OUTP OFF"])
+
+        self._transact("OUTP OFF", op)
+        self._armed = False
+
     def close(self) -> None:
         """Safe state, disarm, release the connection."""
         if self._closed:
             return
         try:
             if not self._dead and self._res is not None:
-                self.safe_state()
-
-                def op():
-                    self._ask("*OPC?", before=["OUTP OFF"])
-
-                self._transact("OUTP OFF", op)
-                self._armed = False
+                self.disarm()
         finally:
             self._closed = True
             self._release()
@@ -608,3 +614,11 @@ class _Rec:
     @property
     def epoch(self) -> int:
         return self.header.epoch
+
+
+class IdentifyingBoxRig(IdentifiedModes, BoxRig):
+    """A :class:`BoxRig` whose rig file has an ``[identify]`` table: it offers its modes
+    (:class:`hbtest.rig.capabilities.KnownModes`, :class:`hbtest.rig.identification.IdentifiedModes`),
+    so the point loop takes raw records (``MEAS:RAW?``) and fits through the transient on the
+    host, tracking the mains there, instead of averaging on the device window by window."""
+

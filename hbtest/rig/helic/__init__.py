@@ -132,10 +132,12 @@ def parse(top, common) -> HelicSpec:
 
 
 def open(rig_config, seed: int | None = None):
-    """Connect to the device of ``rig_config`` (``seed``: meaningless for hardware, ignored)."""
+    """Connect to the device of ``rig_config`` (``seed``: meaningless for hardware, ignored);
+    with an ``[identify]`` table the rig offers its identified modes (:mod:`.identified`)."""
     from .client import HelicRig
+    from .identified import IdentifyingHelicRig
 
-    return HelicRig(rig_config)
+    return (HelicRig if rig_config.identify is None else IdentifyingHelicRig)(rig_config)
 
 
 KIND = register(RigKind("helic", ("helic",), parse, open))

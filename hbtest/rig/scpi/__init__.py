@@ -29,11 +29,9 @@ Rig-file tables owned by this kind (units in the key names; see
     [[digitiser.channels]]        # one per sensor channel of [sensors]
     sensor = "l1"; channel = 1; range_v = 20.0; offset_v = 0.0   # range: full scale (8 div)
 
-    [identify]                    # optional: measure the rig's modes once per connection, at the
-    voltage_v = 2.5               # first modes() call (hbtest/rig/identify.py): multisine peak bound
-    band_hz = 150.0               # [V] (default: half of [rig].voltage_limit_v), its band [Hz] and
-    decay_s = 1.5                 # the free decay recorded after each stop [s]; the point loop then
-                                  # fits through the transient instead of waiting window by window
+    (the optional ``[identify]`` table is common to every kind: ``hbtest.config.read_identify``,
+    ``hbtest.rig.identification``; with it the rig offers its modes, measured once and kept in
+    an identification record, so the point loop fits through the transient)
 """
 
 from __future__ import annotations
@@ -52,7 +50,6 @@ __all__ = [
     "DigitiserChannel",
     "DigitiserSpec",
     "ScpiSpec",
-    "IdentifySpec",
     "ScpiRig",
     "IdentifyingScpiRig",
     "ScpiAcquisition",
@@ -112,21 +109,11 @@ class DigitiserSpec:
 
 
 @dataclass(frozen=True)
-class IdentifySpec:
-    """The ``[identify]`` table: the free-decay experiment (:func:`hbtest.rig.identify.free_decay_modes`)."""
-
-    voltage_v: float
-    band_hz: float = 150.0
-    decay_s: float = 1.5
-
-
-@dataclass(frozen=True)
 class ScpiSpec:
-    """The parsed ``[generator]``, ``[digitiser]`` and optional ``[identify]`` tables."""
+    """The parsed ``[generator]`` and ``[digitiser]`` tables."""
 
     generator: GeneratorSpec
     digitiser: DigitiserSpec
-    identify: IdentifySpec | None = None
 
 
 def _parse_generator(sec, common) -> GeneratorSpec:
@@ -194,21 +181,9 @@ def _parse_digitiser(sec, common) -> DigitiserSpec:
     return spec
 
 
-def _parse_identify(sec, common, rate_hz: float) -> IdentifySpec:
-    spec = IdentifySpec(
-        voltage_v=sec.number("voltage_v", 0.5 * common.voltage_limit_v, positive=True, max=common.voltage_limit_v),
-        band_hz=sec.number("band_hz", 150.0, positive=True, max=0.2 * rate_hz),
-        decay_s=sec.number("decay_s", 1.5, positive=True, max=60.0),
-    )
-    sec.finish()
-    return spec
-
-
 def parse(top, common) -> ScpiSpec:
-    """Parse the ``[generator]``, ``[digitiser]`` and optional ``[identify]`` tables
-    (registry.md ``RigKind.parse``)."""
-    ident = _parse_identify(top.sub("identify"), common, common.sample_rate_hz) if top.has("identify") else None
-    return ScpiSpec(_parse_generator(top.sub("generator"), common), _parse_digitiser(top.sub("digitiser"), common), ident)
+    """Parse the ``[generator]`` and ``[digitiser]`` tables (registry.md ``RigKind.parse``)."""
+    return ScpiSpec(_parse_generator(top.sub("generator"), common), _parse_digitiser(top.sub("digitiser"), common))
 
 
 def open(rig_config, seed: int | None = None) -> ScpiRig:  # noqa: A001 - the registry's name
@@ -223,7 +198,7 @@ def open(rig_config, seed: int | None = None) -> ScpiRig:  # noqa: A001 - the re
         gen_link.close()
         raise
     try:
-        cls = ScpiRig if spec.identify is None else IdentifyingScpiRig
+        cls = ScpiRig if rig_config.identify is None else IdentifyingScpiRig
         return cls(rig_config, Keysight33500B(gen_link), InfiniiVision(dig_link, timeout_ms=d.timeout_ms))
     except Exception:
         gen_link.close()
@@ -231,4 +206,4 @@ def open(rig_config, seed: int | None = None) -> ScpiRig:  # noqa: A001 - the re
         raise
 
 
-KIND = register(RigKind("scpi", ("generator", "digitiser", "identify"), parse, open))
+KIND = register(RigKind("scpi", ("generator", "digitiser"), parse, open))

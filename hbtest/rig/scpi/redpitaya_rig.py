@@ -60,13 +60,14 @@ import numpy as np
 
 from ...errors import InstrumentError, LimitExceeded
 from .. import RigDescription
+from ..identification import IdentifiedModes
 from ..registry import RigKind, register
 from .keysight33500b import DAC_FULL_SCALE
 from .link import ScpiLink, open_resource
 from .redpitaya import BASE_HZ, BUFFER, CODE_MAX, CODE_MIN, FULL_SCALE_V, OUT_FULL_SCALE_V, RedPitaya
 from .rig import LIMIT_RTOL, ScpiAcquisition, synthesise
 
-__all__ = ["RedPitayaSpec", "RedPitayaRig", "parse", "open", "KIND", "DELAY"]
+__all__ = ["RedPitayaSpec", "RedPitayaRig", "IdentifyingRedPitayaRig", "parse", "open", "KIND", "DELAY"]
 
 DELAY = 2_000_000_000  # samples written after the trigger (+8192): 72 h at 7.6 kS/s
 CHUNK = BUFFER // 2  # samples read per query
@@ -441,6 +442,11 @@ class RedPitayaRig:
         self.close()
 
 
+class IdentifyingRedPitayaRig(IdentifiedModes, RedPitayaRig):
+    """A :class:`RedPitayaRig` whose rig file has an ``[identify]`` table: it offers its modes
+    (:class:`hbtest.rig.capabilities.KnownModes`, :class:`hbtest.rig.identification.IdentifiedModes`)."""
+
+
 def open(rig_config, seed: int | None = None) -> RedPitayaRig:  # noqa: A001 - the registry's name
     """Connect every board and compose the rig (``seed`` unused: real boards)."""
     spec: RedPitayaSpec = rig_config.spec
@@ -449,7 +455,8 @@ def open(rig_config, seed: int | None = None) -> RedPitayaRig:  # noqa: A001 - t
         for i, res in enumerate(spec.boards):
             name = f"Red Pitaya {i + 1} {res}"
             links.append(ScpiLink(open_resource(res, name, library=spec.visa_library, timeout_ms=spec.timeout_ms), name))
-        return RedPitayaRig(rig_config, [RedPitaya(link) for link in links])
+        cls = RedPitayaRig if rig_config.identify is None else IdentifyingRedPitayaRig
+        return cls(rig_config, [RedPitaya(link) for link in links])
     except BaseException:
         for link in links:
             link.close()

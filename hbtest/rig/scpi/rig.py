@@ -59,6 +59,7 @@ import numpy as np
 
 from ...errors import InstrumentError, LimitExceeded
 from .. import Acquisition, RigDescription
+from ..identification import IdentifiedModes
 from .keysight33500b import DAC_FULL_SCALE, MIN_AMPLITUDE_VPP, Keysight33500B
 
 __all__ = ["ScpiRig", "IdentifyingScpiRig", "ScpiAcquisition", "synthesise", "record_window", "edge_index",
@@ -463,22 +464,7 @@ class ScpiRig:
         self.close()
 
 
-class IdentifyingScpiRig(ScpiRig):
+class IdentifyingScpiRig(IdentifiedModes, ScpiRig):
     """A :class:`ScpiRig` whose rig file has an ``[identify]`` table: it offers its modes
-    (:class:`hbtest.rig.capabilities.KnownModes`), measured by the free-decay experiment
-    (:func:`hbtest.rig.identify.free_decay_modes`) at the first :meth:`modes` call of the
-    connection — before the first demand of a sweep, counted in its rig time — and leaves the
-    outputs at zero demand after it. :attr:`identification_s`: the rig time it took [s]."""
-
-    identification_s: float | None = None
-    _identified: np.ndarray | None = None
-
-    def modes(self) -> np.ndarray:
-        if self._identified is None:
-            from ..identify import free_decay_modes
-
-            ident = self.spec.identify
-            t0 = self.elapsed_s
-            self._identified = free_decay_modes(self, ident.voltage_v, ident.band_hz, ident.decay_s)
-            self.identification_s = self.elapsed_s - t0
-        return self._identified
+    (:class:`hbtest.rig.capabilities.KnownModes`) from its identification record, measured by
+    the free-decay experiment when none valid is on file (:class:`hbtest.rig.identification.IdentifiedModes`)."""
