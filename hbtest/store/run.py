@@ -85,7 +85,6 @@ from .variables import (
     EVALUATION_VARIABLES,
     NONE_MEANS_ABSENT,
     RAW_VARIABLES,
-    SCHEMA,
     SYNC_VARIABLES,
     VARIABLES,
     PointRecord,
@@ -524,15 +523,17 @@ class RunStore:
 
     # -- writing -------------------------------------------------------------------------
 
-    def _region_write(self, ds, index: int) -> None:
-        ds.to_zarr(str(self.path), mode="r+", region={"frequency": slice(index, index + 1)}, consolidated=False)
+    def _slot_write(self, index: int, values: dict, flag: bool) -> None:
+        """Write ``values`` (variable -> its value in slot ``index``) in one trip to zarr's
+        event loop (:func:`_slot_writes`); with ``flag``, by the ``done`` protocol."""
+        from zarr.core.sync import sync
+
+        sync(_slot_writes(str(self.path), int(index), values, flag))
 
     def write_point(self, index: int, rec: PointRecord) -> None:
-        """Write one point into slot ``index``: all data first (one region write), then the
-        ``done`` flag (a second region write). A slot already marked done is first marked
-        not-done, so ``done`` never vouches for a partly rewritten slot."""
-        import xarray as xr
-
+        """Write one point into slot ``index``: all data first, then the ``done`` flag. A slot
+        already marked done is first marked not-done, so ``done`` never vouches for a partly
+        rewritten slot (:func:`_slot_writes`: one trip to zarr's event loop for it all)."""
         if not 0 <= int(index) < self.n_points:
             raise IndexError(f"slot {index} outside 0..{self.n_points - 1}")
         index = int(index)
@@ -541,13 +542,7 @@ class RunStore:
             self._write_frequency(index, float(rec.frequency_hz))
         elif not np.isclose(float(rec.frequency_hz), f_slot, rtol=1e-9, atol=0.0):
             raise ValueError(f"record at {rec.frequency_hz} Hz does not belong in slot {index} ({f_slot} Hz)")
-        values = self.point_values(rec)
-        data = xr.Dataset({k: (("frequency",) + SCHEMA[k].dims, np.asarray(v)[None, ...]) for k, v in values.items()})
-        flag = lambda v: xr.Dataset({"done": (("frequency",), np.array([v], dtype=bool))})  # noqa: E731
-        if self.done()[index]:
-            self._region_write(flag(False), index)
-        self._region_write(data, index)
-        self._region_write(flag(True), index)
+        self._slot_write(index, self.point_values(rec), flag=True)
 
     def point_values(self, rec: PointRecord) -> dict:
         """The value of every per-point variable this store holds (``done`` and the design
@@ -594,15 +589,12 @@ class RunStore:
         """Write the adaptive strategy's variables of slot ``index`` (:data:`DESIGN_VARIABLES`
         without the ``design_`` prefix: ``reason`` and the running estimate's floats); the
         others of the slot are left as they are."""
-        import xarray as xr
-
         values: dict[str, object] = {} if reason is None else {"design_reason": np.array(str(reason), dtype=object)}
         values.update({f"design_{k}": np.float64(v) for k, v in estimate.items()})
         unknown = [k for k in values if k not in DESIGN_VARIABLES or k not in self.variables]
         if unknown:
             raise ValueError(f"{self.path}: no design variable(s) {', '.join(unknown)} in this store")
-        data = xr.Dataset({k: (("frequency",), np.asarray(v)[None]) for k, v in values.items()})
-        self._region_write(data, int(index))
+        self._slot_write(int(index), values, flag=False)
 
     def _raw_values(self, acq) -> dict:
         """The raw-record variables of one point from an acquisition (NaN/-1 when None)."""
@@ -712,6 +704,25 @@ class RunStore:
         stored = {var.name: _read_value(var, ds[var.name].values, n) for var in VARIABLES
                   if var.source == "record" and var.name in self.variables}
         return PointRecord(frequency_hz=float(ds["frequency"]), **stored)
+
+
+async def _slot_writes(path: str, index: int, values: dict, flag: bool) -> None:
+    """Write each of ``values`` (variable -> value of slot ``index``, without the ``frequency``
+    axis) into its chunk of slot ``index``, the variables concurrently. With ``flag``, in the
+    order the crash guarantee needs, each step finished before the next starts: ``done`` of a
+    slot marked done set False, then the data, then ``done`` True."""
+    import asyncio
+
+    import zarr.api.asynchronous as za
+
+    group = await za.open_group(store=path, mode="r+")
+    names = list(values) + (["done"] if flag else [])
+    arrays: dict[str, Any] = dict(zip(names, await asyncio.gather(*(group.getitem(n) for n in names))))
+    if flag and bool(await arrays["done"].getitem(index)):
+        await arrays["done"].setitem(index, False)
+    await asyncio.gather(*(arrays[n].setitem(index, np.asarray(v)) for n, v in values.items()))
+    if flag:
+        await arrays["done"].setitem(index, True)
 
 
 def _read_value(var: Var, a: np.ndarray, rows: int):
