@@ -80,6 +80,7 @@ from ..errors import UserError
 from .provenance import git_state, package_versions
 from .provenance import jsonable as _jsonable
 from .provenance import utc_now as _utc_now
+from .slots import write_slot
 from .variables import (
     DESIGN_VARIABLES,
     EVALUATION_VARIABLES,
@@ -523,17 +524,10 @@ class RunStore:
 
     # -- writing -------------------------------------------------------------------------
 
-    def _slot_write(self, index: int, values: dict, flag: bool) -> None:
-        """Write ``values`` (variable -> its value in slot ``index``) in one trip to zarr's
-        event loop (:func:`_slot_writes`); with ``flag``, by the ``done`` protocol."""
-        from zarr.core.sync import sync
-
-        sync(_slot_writes(str(self.path), int(index), values, flag))
-
     def write_point(self, index: int, rec: PointRecord) -> None:
         """Write one point into slot ``index``: all data first, then the ``done`` flag. A slot
         already marked done is first marked not-done, so ``done`` never vouches for a partly
-        rewritten slot (:func:`_slot_writes`: one trip to zarr's event loop for it all)."""
+        rewritten slot (:func:`hbtest.store.slots.write_slot`: one trip to zarr's event loop)."""
         if not 0 <= int(index) < self.n_points:
             raise IndexError(f"slot {index} outside 0..{self.n_points - 1}")
         index = int(index)
@@ -542,7 +536,7 @@ class RunStore:
             self._write_frequency(index, float(rec.frequency_hz))
         elif not np.isclose(float(rec.frequency_hz), f_slot, rtol=1e-9, atol=0.0):
             raise ValueError(f"record at {rec.frequency_hz} Hz does not belong in slot {index} ({f_slot} Hz)")
-        self._slot_write(index, self.point_values(rec), flag=True)
+        write_slot(self.path, index, self.point_values(rec), flag="done")
 
     def point_values(self, rec: PointRecord) -> dict:
         """The value of every per-point variable this store holds (``done`` and the design
@@ -594,7 +588,7 @@ class RunStore:
         unknown = [k for k in values if k not in DESIGN_VARIABLES or k not in self.variables]
         if unknown:
             raise ValueError(f"{self.path}: no design variable(s) {', '.join(unknown)} in this store")
-        self._slot_write(int(index), values, flag=False)
+        write_slot(self.path, int(index), values)
 
     def _raw_values(self, acq) -> dict:
         """The raw-record variables of one point from an acquisition (NaN/-1 when None)."""
@@ -704,25 +698,6 @@ class RunStore:
         stored = {var.name: _read_value(var, ds[var.name].values, n) for var in VARIABLES
                   if var.source == "record" and var.name in self.variables}
         return PointRecord(frequency_hz=float(ds["frequency"]), **stored)
-
-
-async def _slot_writes(path: str, index: int, values: dict, flag: bool) -> None:
-    """Write each of ``values`` (variable -> value of slot ``index``, without the ``frequency``
-    axis) into its chunk of slot ``index``, the variables concurrently. With ``flag``, in the
-    order the crash guarantee needs, each step finished before the next starts: ``done`` of a
-    slot marked done set False, then the data, then ``done`` True."""
-    import asyncio
-
-    import zarr.api.asynchronous as za
-
-    group = await za.open_group(store=path, mode="r+")
-    names = list(values) + (["done"] if flag else [])
-    arrays: dict[str, Any] = dict(zip(names, await asyncio.gather(*(group.getitem(n) for n in names))))
-    if flag and bool(await arrays["done"].getitem(index)):
-        await arrays["done"].setitem(index, False)
-    await asyncio.gather(*(arrays[n].setitem(index, np.asarray(v)) for n, v in values.items()))
-    if flag:
-        await arrays["done"].setitem(index, True)
 
 
 def _read_value(var: Var, a: np.ndarray, rows: int):
