@@ -10,7 +10,8 @@ creation, the sweep, the store writes), median over the repeats.
 
     python benchmarks/virtual_speed.py [--repeats 3]
 
-Prints per sweep ``<name>_wall_s=``, ``<name>_rig_s=``, ``<name>_realtime_factor=`` and the
+Prints per sweep the walls of the repeats, ``<name>_cpu_s=`` (the process's CPU time, all
+threads: on a shared machine what the wall would be unloaded), ``<name>_wall_s=``, ``<name>_rig_s=``, ``<name>_realtime_factor=`` and the
 load average beside, and, as its LAST line, ``virtual_realtime_factor=<x>`` of the paper sweep
 (simulated rig s / wall s; the target is >= 100). One BLAS thread, as the command runs.
 """
@@ -48,12 +49,12 @@ def rig_seconds(ds) -> float:
     return float(np.sum(periods / np.asarray(ds["frequency"].values, dtype=float)[done]))
 
 
-def timed(cfg, store: Path) -> tuple[float, float]:
-    """(wall [s], simulated rig time [s]) of one sweep into ``store``."""
-    t0 = time.perf_counter()
+def timed(cfg, store: Path) -> tuple[float, float, float]:
+    """(wall [s], simulated rig time [s], CPU time of this process [s]) of one sweep into ``store``."""
+    t0, c0 = time.perf_counter(), time.process_time()
     ds = run(cfg, store, overwrite=True, plot=False)
-    wall = time.perf_counter() - t0
-    return wall, rig_seconds(ds)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return wall, rig_seconds(ds), cpu
 
 
 def main(argv=None) -> int:
@@ -66,10 +67,11 @@ def main(argv=None) -> int:
         for name, file in SWEEPS.items():
             cfg = load_sweep(ROOT / "sweeps" / file)
             runs = [timed(cfg, Path(tmp) / f"{name}.zarr") for _ in range(max(1, args.repeats))]
-            wall = statistics.median(w for w, _ in runs)
+            wall = statistics.median(w for w, _, _ in runs)
             rig_s = runs[0][1]
             factors[name] = rig_s / wall
-            print(f"{name}_walls_s={','.join(f'{w:.2f}' for w, _ in runs)} (load {os.getloadavg()[0]:.1f})")
+            print(f"{name}_walls_s={','.join(f'{w:.2f}' for w, _, _ in runs)} (load {os.getloadavg()[0]:.1f})")
+            print(f"{name}_cpu_s={statistics.median(c for _, _, c in runs):.2f}")
             print(f"{name}_wall_s={wall:.2f}")
             print(f"{name}_rig_s={rig_s:.1f}")
             print(f"{name}_realtime_factor={factors[name]:.1f}", flush=True)
