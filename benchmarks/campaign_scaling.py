@@ -1,15 +1,18 @@
-"""Speed-up of a campaign on a dask LocalCluster of 4 workers over 1, on the same short
-virtual sweeps (default 64 cases: 8 actuation delays x 8 noise realisations of a 2-point
-sweep of the paper cantilever below its resonance), and a check that the result stores equal
-a serial in-process run (``workers=0``) to the seed, except the provenance variables
-``wall_seconds``, ``worker``, ``finished_utc``.
+"""Speed-up of a campaign on a dask LocalCluster over the same campaign run serially in this
+process (``workers=0``, what a user compares against), on the same short virtual sweeps
+(default 64 cases: 8 actuation delays x 8 noise realisations of a 2-point sweep of the paper
+cantilever below its resonance), and a check that the result stores equal the serial run's to
+the seed, except the provenance variables ``wall_seconds``, ``worker``, ``finished_utc``.
 
-Run: ``python benchmarks/campaign_scaling.py [--cases 64] [--workers 4]`` (imports the
-repository's ``hbtest``; needs the ``campaign`` extra). Prints one line per run (wall time
-including the cluster's start-up), the machine's core count, ``store_identical=...`` and, as
-its LAST line, ``campaign_speedup=<x>`` (wall of 1 worker / wall of N workers). The speed-up
-is bounded by the cores: on a 2-core machine expect at most ~2x, whatever the workers.
-Exit 1 if a store differs from the serial run.
+Run: ``python benchmarks/campaign_scaling.py [--cases 64] [--workers N]`` (imports the
+repository's ``hbtest``; needs the ``campaign`` extra; default N: the core count). Runs serial,
+1 worker and N workers; prints one line per run (wall time including the cluster's start-up),
+the machine's core count, ``store_identical=...``, ``campaign_speedup=<x>`` (1 worker over N
+workers), ``campaign_task_overhead_s=<s>`` (what a task costs beyond the same case in-process:
+(wall of 1 worker - serial wall) / cases, the cluster's start-up, scheduling, the worker's
+imports and the results' trip back included) and, as its LAST line,
+``campaign_speedup_vs_serial=<x>`` (serial wall / wall of N workers). The speed-up is bounded
+by the cores: on a 2-core machine at most 2x. Exit 1 if a store differs from the serial run.
 """
 
 from __future__ import annotations
@@ -52,8 +55,10 @@ def same(a, b) -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", type=int, default=64, help="cases (rounded down to a multiple of 8; default %(default)s)")
-    ap.add_argument("--workers", type=int, default=4, help="workers of the parallel run (default %(default)s)")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="workers of the parallel run (default: the cores, %(default)s)")
     args = ap.parse_args(argv)
+    if args.workers < 2:
+        ap.error("--workers: the parallel run needs 2 or more (1 worker is always run)")
     with tempfile.TemporaryDirectory(prefix="hbtest-campaign-bench-") as tmp:
         f = Path(tmp) / "scaling.toml"
         f.write_text(campaign_text(args.cases))
@@ -64,7 +69,7 @@ def main(argv=None) -> int:
             stores[label] = run_campaign(cfg, Path(tmp) / f"{workers}.zarr", workers=workers).load()
             walls[label] = time.perf_counter() - t0
             done = int((stores[label]["status"] == "done").sum())
-            print(f"{label:>10}: {cfg.n_cases} cases ({done} done) in {walls[label]:.1f} s", flush=True)
+            print(f"{label:>10}: {cfg.n_cases} cases ({done} done) in {walls[label]:.1f} s (load {os.getloadavg()[0]:.1f})", flush=True)
         diffs = {label: same(stores["serial"], ds) for label, ds in stores.items() if label != "serial"}
         identical = not any(diffs.values())
         for label, d in diffs.items():
@@ -73,7 +78,10 @@ def main(argv=None) -> int:
         print(f"cores={os.cpu_count()}")
         print(f"cases={cfg.n_cases}")
         print(f"store_identical={identical}")
-        print(f"campaign_speedup={walls['1 worker'] / walls[f'{args.workers} workers']:.2f}")
+        parallel = walls[f"{args.workers} workers"]
+        print(f"campaign_speedup={walls['1 worker'] / parallel:.2f}")
+        print(f"campaign_task_overhead_s={(walls['1 worker'] - walls['serial']) / cfg.n_cases:.3f}")
+        print(f"campaign_speedup_vs_serial={walls['serial'] / parallel:.2f}")
     return 0 if identical else 1
 
 

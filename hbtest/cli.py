@@ -6,12 +6,17 @@ value) raised while a command runs are collected and summarised in one line, nev
 
 A command runs with one BLAS thread (threadpoolctl): the twin's and the solver's matrices are
 small, so threads buy nothing, and a thread count that follows the machine's cores would make
-the last bits of a seeded run depend on the machine it ran on (README, "Reproducibility")."""
+the last bits of a seeded run depend on the machine it ran on (README, "Reproducibility").
+The numerics are imported by the command that needs them, after the parse (``hbtest --help``
+imports neither numpy nor scipy), so :func:`main` also sets the BLAS libraries' thread
+variables to 1 before the command runs: a BLAS loaded after the threadpoolctl limit was taken
+(scipy's own OpenBLAS, numpy's when nothing imported it yet) reads them when it loads."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import warnings
 
@@ -19,6 +24,9 @@ from threadpoolctl import threadpool_limits
 
 from . import __version__
 from .errors import Terminated, UserError
+
+#: the thread-count variables of the BLAS and OpenMP libraries numpy and scipy load
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 COMMANDS = ("design", "sweep", "resume", "plot", "export", "stability", "classical", "compare", "serve", "rig", "modal", "campaign", "calibrate", "reduce", "report", "twin")
 
@@ -50,6 +58,7 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    os.environ.update(dict.fromkeys(BLAS_THREAD_VARIABLES, "1"))  # a BLAS loaded from here on
     with warnings.catch_warnings(record=True) as caught, threadpool_limits(limits=1, user_api="blas"):
         warnings.simplefilter("always", RuntimeWarning)
         try:

@@ -144,6 +144,29 @@ def test_in_process_local_cluster_equals_serial_and_records_failed_cases(tmp_pat
     assert np.allclose(grid[:, 1], ds["frf_error_max"].values[:2])
 
 
+def test_local_cluster_of_processes_equals_serial_with_the_workers_settings(tmp_path):
+    """The engine's own LocalCluster (worker processes): stores equal the serial run's; the
+    workers run without the nanny's MALLOC_TRIM_THRESHOLD_ and without the sampling profiler
+    (engine.LOCAL_WORKER_CONFIG)."""
+    pytest.importorskip("distributed")
+    from hbtest.campaign.engine import _client
+
+    p = _write(tmp_path, '[[grid]]\nkey = "rig:virtual.actuation_delay_ms"\nvalues = [0.5, 1.5]\n')
+    cfg = load_campaign(p)
+    client, cluster, _ = _client(None, 1, True)
+    try:
+        settings = client.run(lambda: (os.environ.get("MALLOC_TRIM_THRESHOLD_"), __import__("dask").config.get("distributed.worker.profile.enabled")))
+        assert list(settings.values()) == [(None, False)]
+        ds = run_campaign(cfg, tmp_path / "d.zarr", client=client).load()
+    finally:
+        client.close()
+        cluster.close()
+    assert {str(w).rsplit(":", 1)[1] for w in ds["worker"].values} != {str(os.getpid())}  # run in the worker
+    serial = run_campaign(cfg, tmp_path / "s.zarr", workers=0).load()
+    _same(ds, serial)
+    assert list(ds["status"].values) == ["done", "done"]
+
+
 def test_per_case_rig_seed_draws_other_noise_and_file_seed_repeats(tmp_path):
     p = _write(tmp_path, 'draws = 2\nseed = 5\n')
     per_case = run_campaign(load_campaign(p), tmp_path / "a.zarr", workers=0).load()

@@ -95,3 +95,22 @@ def test_loop_tracks_the_twins_wandering_mains():
         f, sd = loop.mains_estimate
         assert abs(f - true) < 5e-3, (f, true, sd)
     assert loop.mains_layout().mains_hz == f and loop.layout.mains_hz == 50.0
+
+
+def test_a_record_seen_again_gives_the_fresh_computation_bits():
+    """The memo of :func:`mains_frequency` (a point's growing record hands the tracker its
+    earlier records again): a record seen again returns exactly what computing it gives; one
+    sample changed is a new record, computed afresh."""
+    from hbtest.method import estimators
+
+    t, x, f = _record(np.random.default_rng(3), 2.0, 50.07)
+    estimators._mains_memo.clear()
+    first = mains_frequency(t, x, f, 50.0, 3)
+    again = mains_frequency(t.copy(), x.copy(), f, 50.0, 3)
+    fresh = estimators._mains_estimate(t, x, f, 50.0, 3, 8)
+    assert first == again == fresh and np.isfinite(fresh.frequency_hz)
+    x2 = x.copy()
+    x2[0, 100] += 1e-3
+    assert mains_frequency(t, x2, f, 50.0, 3) == estimators._mains_estimate(t, x2, f, 50.0, 3, 8)
+    assert len(estimators._mains_memo) == 2
+    assert mains_frequency(t, x, f, 50.0, 2) == estimators._mains_estimate(t, x, f, 50.0, 2, 8)  # the arguments are in the key

@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..errors import UserError
+from .modal_settings import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED, CONFIDENCE
 
 __all__ = [
     "ModeFit",
@@ -57,12 +58,6 @@ __all__ = [
     "BAND_THRESHOLD",
 ]
 
-#: two-sided confidence level of the reported intervals
-CONFIDENCE = 0.95
-#: parametric bootstrap refits per mode
-BOOTSTRAP_SAMPLES = 400
-#: seed of the bootstrap's random generator
-BOOTSTRAP_SEED = 0
 #: an interval needs at least this many successful refits, and this share of them
 MIN_BOOTSTRAP_REFITS = 10
 MIN_BOOTSTRAP_SUCCESS = 0.5

@@ -42,6 +42,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..store.provenance import git_state, jsonable, package_versions, utc_now
+from ..store.slots import write_slot
 from .figures import FIGURE_INFO
 
 __all__ = ["CampaignStore", "open_campaign", "CAMPAIGN_SCHEMA_VERSION", "CASE_STATUSES", "RESULT_VARIABLES"]
@@ -183,26 +184,17 @@ class CampaignStore:
     def write_case(self, result: dict) -> None:
         """Write one case's result (a :func:`hbtest.campaign.run_case` dict) into its region:
         data first, then ``finished`` (a case already finished is first marked unfinished,
-        so ``finished`` never vouches for a partly rewritten case)."""
-        import xarray as xr
-
+        so ``finished`` never vouches for a partly rewritten case; one trip to zarr's event
+        loop, :func:`hbtest.store.slots.write_slot`)."""
         i = int(result["index"])
         if not 0 <= i < self.n_cases:
             raise IndexError(f"case {i} outside 0..{self.n_cases - 1}")
-        region = {"case": slice(i, i + 1)}
-
-        def one(name, value, kind):
-            return ("case", np.array([value], dtype=_DTYPE[kind]))
-
-        if self.finished()[i]:
-            xr.Dataset({"finished": one("finished", False, "b")}).to_zarr(str(self.path), mode="r+", region=region, consolidated=False)
-        data = {name: one(name, result["figures"].get(name, np.nan), "f") for name in self.figures}
+        data = {name: np.array(result["figures"].get(name, np.nan), dtype=np.float64) for name in self.figures}
         for name, (kind, _, _) in RESULT_VARIABLES.items():
-            data[name] = one(name, result.get(name, _FILL[kind]), kind)
+            data[name] = np.array(result.get(name, _FILL[kind]), dtype=_DTYPE[kind])
         if result.get("status") not in CASE_STATUSES[1:]:
             raise ValueError(f"case status must be one of {CASE_STATUSES[1:]}, got {result.get('status')!r}")
-        xr.Dataset(data).to_zarr(str(self.path), mode="r+", region=region, consolidated=False)
-        xr.Dataset({"finished": one("finished", True, "b")}).to_zarr(str(self.path), mode="r+", region=region, consolidated=False)
+        write_slot(self.path, i, data, flag="finished")
 
     def set_status(self, status: str, **extra) -> None:
         import zarr

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from ..analysis.modal import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED
+    from ..analysis.modal_settings import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED
 
     p = sub.add_parser("modal", help="fit natural frequency, damping ratio and modal constant of the swept mode(s), with confidence intervals")
     p.add_argument("store", metavar="STORE", help="run store (.zarr directory)")

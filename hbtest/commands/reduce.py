@@ -10,7 +10,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from ..method.sensors import FORCE_METHODS
+    from ..method.force_methods import FORCE_METHODS
 
     p = sub.add_parser("reduce", help="recompute a run's results with another calibration, without the rig")
     p.add_argument("store", metavar="STORE", help="run store (.zarr) of an hbtest sweep")

@@ -9,8 +9,6 @@ lasers, microstrain for gauges). An unreachable instrument is one line naming it
 
 from __future__ import annotations
 
-import numpy as np
-
 CHECK_FREQUENCY_HZ = 10.0  # period base of the check record (the demand stays zero)
 CHECK_PERIODS = 10  # record length: 1 s at 10 Hz
 
@@ -37,6 +35,8 @@ def _unit(spec) -> tuple[str, float]:
 
 
 def check(args) -> int:
+    import numpy as np
+
     from ..config import load_rig
     from ..rig import open_rig
 

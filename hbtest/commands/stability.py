@@ -27,11 +27,13 @@ import json
 import math
 import sys
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, UserError
 from .design import add_file_arguments
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # actuators do not follow commands above ~100 kHz; the scans sample frequencies up to the cut-off
 MAX_CUTOFF_HZ = 1e5
@@ -168,6 +170,8 @@ def _save_plot(path: str, draw) -> None:
 
 
 def _plot_locus(system, tau_c: float, tau_max: float, cutoff_hz: float, path: str, title: str) -> None:
+    import numpy as np
+
     from ..realtime.stability import plot_root_locus
 
     top = 2.0 * tau_c if math.isfinite(tau_c) and tau_c > 0 else min(tau_max, 0.01)
@@ -179,6 +183,8 @@ def _plot_locus(system, tau_c: float, tau_max: float, cutoff_hz: float, path: st
 
 
 def run_sdof(args) -> int:
+    import numpy as np
+
     from ..realtime import stability as st
 
     _check_common(args)
@@ -369,6 +375,8 @@ def run_chain(args) -> int:
 
 
 def _alpha_grid(text: str) -> np.ndarray:
+    import numpy as np
+
     parts = text.split(":")
     try:
         if len(parts) != 3:
@@ -406,21 +414,30 @@ def _beam_spec(args) -> dict:
     return dict(spec, total_length=nb.length + pb.length, interface_at=nb.length)
 
 
+def _alphas(args, split: float) -> np.ndarray:
+    """The interface positions (fractions of the length) of ``--alpha-grid``, else ``--alpha``,
+    else the file's ``split``."""
+    import numpy as np
+
+    if args.alpha_grid is not None:
+        return _alpha_grid(args.alpha_grid)
+    if args.alpha is not None:
+        if not 0 < args.alpha < 1:
+            raise UserError(f"--alpha must lie in (0, 1), got {args.alpha}")
+        return np.array([args.alpha])
+    return np.array([split])
+
+
 def run_beam(args) -> int:
+    import numpy as np
+
     from ..realtime import stability as st
 
     _check_common(args)
     spec = _beam_spec(args)
     L = spec.pop("total_length")
     interface_at = spec.pop("interface_at")
-    if args.alpha_grid is not None:
-        alphas = _alpha_grid(args.alpha_grid)
-    elif args.alpha is not None:
-        if not 0 < args.alpha < 1:
-            raise UserError(f"--alpha must lie in (0, 1), got {args.alpha}")
-        alphas = np.array([args.alpha])
-    else:
-        alphas = np.array([interface_at / L])
+    alphas = _alphas(args, interface_at / L)
     epm = spec["elements_per_metre"]
     n_el = max(st.beam_elements(L, a * L, epm) for a in alphas)
     if n_el > st.MAX_BEAM_ELEMENTS:

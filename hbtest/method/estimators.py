@@ -23,6 +23,9 @@ complex coefficients ``E|X - E X|^2`` in units squared.
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -528,9 +531,20 @@ def _refined_offset(lines, var, d0: float, step: float) -> float:
     return float(minimize_scalar(neg, bounds=(d0 - step, d0 + step), method="bounded", options={"xatol": step * 1e-6}).x)
 
 
+#: how many of the latest :func:`mains_frequency` results are kept, keyed on their exact inputs
+#: (a point's growing record hands the tracker every earlier record again)
+MAINS_MEMO_SIZE = 64
+_mains_memo: OrderedDict = OrderedDict()
+_mains_memo_lock = threading.Lock()
+
+
 def mains_frequency(t, x, frequency_hz: float, nominal_hz: float, multiples: int, top: int = 8) -> MainsEstimate | None:
     """The mains frequency [Hz] a uniformly sampled record carries, or None when no mains line
     stands clear of the forcing harmonics.
+
+    A record seen again (the same bytes of ``t`` and ``x``, the same arguments) returns the
+    result computed the first time (the last :data:`MAINS_MEMO_SIZE` are kept): the same
+    computation on the same inputs, so the same bits.
 
     ``t`` (N,) [s] uniform; ``x`` (channels, N) any units; ``frequency_hz`` the forcing, whose DC
     and harmonics ``1..top`` are removed first by least squares. Each mains multiple ``m`` of
@@ -546,6 +560,28 @@ def mains_frequency(t, x, frequency_hz: float, nominal_hz: float, multiples: int
     mains wandering within the record is not a single tone)."""
     t = np.asarray(t, dtype=float)
     x = np.atleast_2d(np.asarray(x, dtype=float))
+    key = _record_key(t, x, (float(frequency_hz), float(nominal_hz), int(multiples), int(top)))
+    with _mains_memo_lock:
+        if key in _mains_memo:
+            _mains_memo.move_to_end(key)
+            return _mains_memo[key]
+    est = _mains_estimate(t, x, frequency_hz, nominal_hz, multiples, top)
+    with _mains_memo_lock:
+        _mains_memo[key] = est
+        while len(_mains_memo) > MAINS_MEMO_SIZE:
+            _mains_memo.popitem(last=False)
+    return est
+
+
+def _record_key(t: np.ndarray, x: np.ndarray, args: tuple) -> tuple:
+    """A key naming a record exactly: shapes, arguments and a 128-bit digest of the bytes."""
+    h = hashlib.blake2b(t.tobytes(), digest_size=16)
+    h.update(x.tobytes())
+    return (t.shape, x.shape, args, h.digest())
+
+
+def _mains_estimate(t, x, frequency_hz: float, nominal_hz: float, multiples: int, top: int) -> MainsEstimate | None:
+    """:func:`mains_frequency` computed (``t`` (N,), ``x`` (channels, N) float arrays)."""
     N = t.size
     fs = (N - 1) / (t[-1] - t[0]) if N > 1 else 0.0
     T = N / fs if fs > 0 else 0.0

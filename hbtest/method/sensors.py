@@ -40,9 +40,9 @@ import re
 from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
-import scipy.signal
 
 from . import harmonics
+from .force_methods import FORCE_METHODS
 
 __all__ = [
     "SensorLayout",
@@ -66,7 +66,6 @@ __all__ = [
 #: sample rate allows fewer, :func:`hbtest.method.harmonics.max_usable_harmonic`)
 EXCLUDED_MAX_ORDER = 5
 
-FORCE_METHODS = ("finite-difference", "inertia", "segment")
 CHANNEL_KINDS = ("laser", "strain_gauge")
 #: a channel name: an identifier (it appears in box commands and store attributes)
 CHANNEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -620,6 +619,8 @@ def _butterworth_response(order: int, cutoff_hz: float, frequency_hz: float) -> 
     ``frequency_hz``. Cached: every reduction of every record asks it for the same few
     (channel filter, harmonic frequency) pairs, and designing the filter each time was most of
     the reduction's cost (a Monte Carlo of 20000 reductions spent 38 of its 61 s here)."""
+    import scipy.signal  # here, not at import: ~1 s of every command's start-up
+
     b, a = scipy.signal.butter(order, 2 * np.pi * cutoff_hz, analog=True)
     _, h = scipy.signal.freqs(b, a, worN=[2 * np.pi * frequency_hz])
     return complex(h[0])

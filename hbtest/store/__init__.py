@@ -1,7 +1,8 @@
 """The run store (zarr v3, one slot per point, one writer): see :mod:`hbtest.store.run` for the
 layout, :mod:`hbtest.store.variables` for the schema table (every variable declared once) and the
 point record, :mod:`hbtest.store.lock` for the one-writer lock, :mod:`hbtest.store.provenance` for
-what every store records about how it was made."""
+what every store records about how it was made, :mod:`hbtest.store.slots` for writing one slot
+of several arrays in one trip to zarr's event loop."""
 
 from .lock import StoreBusy, StoreLock, lock_path
 from .provenance import git_state, package_versions

@@ -80,12 +80,12 @@ from ..errors import UserError
 from .provenance import git_state, package_versions
 from .provenance import jsonable as _jsonable
 from .provenance import utc_now as _utc_now
+from .slots import write_slot
 from .variables import (
     DESIGN_VARIABLES,
     EVALUATION_VARIABLES,
     NONE_MEANS_ABSENT,
     RAW_VARIABLES,
-    SCHEMA,
     SYNC_VARIABLES,
     VARIABLES,
     PointRecord,
@@ -543,15 +543,10 @@ class RunStore:
 
     # -- writing -------------------------------------------------------------------------
 
-    def _region_write(self, ds, index: int) -> None:
-        ds.to_zarr(str(self.path), mode="r+", region={"frequency": slice(index, index + 1)}, consolidated=False)
-
     def write_point(self, index: int, rec: PointRecord) -> None:
-        """Write one point into slot ``index``: all data first (one region write), then the
-        ``done`` flag (a second region write). A slot already marked done is first marked
-        not-done, so ``done`` never vouches for a partly rewritten slot."""
-        import xarray as xr
-
+        """Write one point into slot ``index``: all data first, then the ``done`` flag. A slot
+        already marked done is first marked not-done, so ``done`` never vouches for a partly
+        rewritten slot (:func:`hbtest.store.slots.write_slot`: one trip to zarr's event loop)."""
         if not 0 <= int(index) < self.n_points:
             raise IndexError(f"slot {index} outside 0..{self.n_points - 1}")
         index = int(index)
@@ -560,13 +555,7 @@ class RunStore:
             self._write_frequency(index, float(rec.frequency_hz))
         elif not np.isclose(float(rec.frequency_hz), f_slot, rtol=1e-9, atol=0.0):
             raise ValueError(f"record at {rec.frequency_hz} Hz does not belong in slot {index} ({f_slot} Hz)")
-        values = self.point_values(rec)
-        data = xr.Dataset({k: (("frequency",) + SCHEMA[k].dims, np.asarray(v)[None, ...]) for k, v in values.items()})
-        flag = lambda v: xr.Dataset({"done": (("frequency",), np.array([v], dtype=bool))})  # noqa: E731
-        if self.done()[index]:
-            self._region_write(flag(False), index)
-        self._region_write(data, index)
-        self._region_write(flag(True), index)
+        write_slot(self.path, index, self.point_values(rec), flag="done")
 
     def point_values(self, rec: PointRecord) -> dict:
         """The value of every per-point variable this store holds (``done`` and the design
@@ -613,15 +602,12 @@ class RunStore:
         """Write the adaptive strategy's variables of slot ``index`` (:data:`DESIGN_VARIABLES`
         without the ``design_`` prefix: ``reason`` and the running estimate's floats); the
         others of the slot are left as they are."""
-        import xarray as xr
-
         values: dict[str, object] = {} if reason is None else {"design_reason": np.array(str(reason), dtype=object)}
         values.update({f"design_{k}": np.float64(v) for k, v in estimate.items()})
         unknown = [k for k in values if k not in DESIGN_VARIABLES or k not in self.variables]
         if unknown:
             raise ValueError(f"{self.path}: no design variable(s) {', '.join(unknown)} in this store")
-        data = xr.Dataset({k: (("frequency",), np.asarray(v)[None]) for k, v in values.items()})
-        self._region_write(data, int(index))
+        write_slot(self.path, int(index), values)
 
     def _raw_values(self, acq) -> dict:
         """The raw-record variables of one point from an acquisition (NaN/-1 when None)."""
