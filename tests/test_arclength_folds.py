@@ -29,7 +29,7 @@ def test_arclength_trace_passes_both_folds_within_the_acceptance(tmp_path, twin)
     # on the pre-calibration twin (harsh mains: no demand scatter, 4x lower laser noise), where
     # this acceptance was set, and on the lab-calibrated reference twin with its demand scatter
     # (issue 41: the corrector stalled at the second point before the path pool; with it, seed 1,
-    # the first 10 points to 17.0 Hz converged within 0.31 % of the exact curve — the whole band
+    # the first 11 points to 17.29 Hz converged within 0.31 % of the exact curve — the whole band
     # not yet measured on this machine: hours of a shared CPU). Issue 41's acceptance: both folds,
     # every point converged, within 1 % of the exact curve, folds within 0.2 % (0.1 % asserted on
     # the twin without scatter, as before), at most 200 slots
