@@ -24,16 +24,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from test_store import make_record, new_store  # noqa: E402
 
-from hbtest.config import load_rig, load_sweep  # noqa: E402
-from hbtest.sweep.arclength import CONTINUATIONS, ArclengthSettings, hermite_extremum  # noqa: E402
-from hbtest.sweep.arclength.reference import joined_structure, nearest_on_curve  # noqa: E402
-from hbtest.sweep.arclength.runner import settings_from  # noqa: E402
+from hbtest.analysis.plot import bode_figure, convergence_png  # noqa: E402
+from hbtest.config import load_sweep  # noqa: E402
 from hbtest.errors import ConfigError, UserError  # noqa: E402
 from hbtest.events import PointFinished  # noqa: E402
 from hbtest.numerical.continuation import bordered_step, bordered_tangent  # noqa: E402
-from hbtest.analysis.plot import bode_figure, convergence_png  # noqa: E402
-from hbtest.rig import open_rig  # noqa: E402
 from hbtest.store import RunStore, open_run  # noqa: E402
+from hbtest.sweep.arclength import CONTINUATIONS, ArclengthSettings, hermite_extremum  # noqa: E402
+from hbtest.sweep.arclength.reference import curve_errors as reference_errors  # noqa: E402
+from hbtest.sweep.arclength.reference import nearest_on_curve  # noqa: E402
+from hbtest.sweep.arclength.runner import settings_from  # noqa: E402
+from hbtest.sweep.arclength.twin import twin_joined  # noqa: E402
 from hbtest.sweep.runner import exit_code, resume, run  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -137,28 +138,13 @@ def test_open_slots_take_their_frequency_when_written(tmp_path):
 # -- the trace on the twin --------------------------------------------------------------------
 
 def reference(cfg, seed):
-    """The exact joined structure of the twin: the numerical side joined to the twin's true
-    PS beam (as the twin's linear reference builds it), with the sweep's force."""
-    rig = open_rig(load_rig(cfg.rig_path, cfg.rig_overrides), seed=seed)
-    try:
-        ns = cfg.numerical.numerical_substructure()
-        return joined_structure(ns, rig.ps_substructure, cfg.excitation.force_vector(ns))
-    finally:
-        rig.close()
+    """The exact joined structure of the twin (:func:`twin_joined`)."""
+    return twin_joined(cfg, seed)
 
 
 def curve_errors(ds, cfg, joined, fv):
-    """Per traced point: |U_k - U_ref,k| / |U_ref| (u, harmonics 1 and 3, relative to the
-    amplitude of the whole response) against the nearest exact point, and that point's
-    frequency offset [Hz]."""
-    done = np.asarray(ds["done"].values, dtype=bool)
-    f = ds["frequency"].values[done]
-    U = ds["interface_displacement"].values[done]
-    out = []
-    for fi, Ui in zip(f, U):
-        Ur, fr = nearest_on_curve(joined, fv, float(fi), cfg.sweep.harmonics, Ui, cfg.sweep.stop_hz - cfg.sweep.start_hz)
-        out.append([*(np.abs(Ui[0] - Ur[0]) / np.linalg.norm(Ur[0])), fr - fi])
-    return np.array(out)
+    """Per traced point, against the nearest exact point (:func:`hbtest.sweep.arclength.reference.curve_errors`)."""
+    return reference_errors(ds, cfg.sweep.harmonics, cfg.sweep.stop_hz - cfg.sweep.start_hz, joined, fv)
 
 
 def test_nearest_on_curve_returns_an_exact_point_near_the_measured_one():

@@ -80,6 +80,8 @@ class PoolingProfile(Protocol):
 
     def harmonics_balanced(self, loop, num, e) -> bool: ...
 
+    def between_limit(self, loop, solve: bool) -> float: ...
+
 
 C = TypeVar("C", bound=Carried)
 

@@ -71,6 +71,11 @@ from ..config.family import AUTO_THRESHOLD, MAX_AUTO_HARMONIC, read_family_field
 from ..store.run import sweep_legs
 from ..store.variables import expand_record
 
+#: a point's stop reasons that, from a carried start, mean the response left the followed
+#: branch (:meth:`FamilyRunner._fresh_after_jump`): not a trip, an over-range sensor or the
+#: voltage limit
+JUMP_REASONS = ("stalled", "iteration_limit")
+
 
 def store_orders(sweep, sample_rate_hz: float | None = None) -> tuple[int, ...]:
     """The harmonic orders a store allocates: ``sweep.harmonics``; with ``"auto"`` the
@@ -312,6 +317,23 @@ class FamilyRunner:
         """The external force vector of the slot last run [N]."""
         return self.loop.force_vector
 
+    def _fresh_after_jump(self, f: float, out, carry):
+        """A point started from the carried state of the previous points (their solution and
+        rig Jacobian) that stalls or runs out of iterations has most likely lost the branch it
+        followed: past a fold the response jumps to the other branch, and the carried start
+        (and the Newton steps of the nonlinear numerical side linearised there) lie on the
+        branch left behind. Such a point is measured again from a fresh start: zero volts and
+        a new finite-difference rig Jacobian (the first point's start), and its record says
+        so; the next points carry from it. Returns ``(outcome, carry)``; the first attempt's
+        rig time counts to the point."""
+        if out.converged or out.reason not in JUMP_REASONS or not carry.solutions:
+            return out, carry
+        fresh = self.loop.new_carry()
+        again = self.loop.run(f, fresh)
+        note = (f"restarted from a fresh start (zero volts, new finite-difference rig Jacobian): from the previous point's "
+                f"state it stopped ({out.reason}: {out.message}), the response having left the branch it followed (a jump)")
+        return replace(again, rig_periods=again.rig_periods + out.rig_periods, message=f"{again.message}; {note}"), fresh
+
     def run(self, i: int, carry):
         """Run slot ``i`` at its force level with the active orders (measuring it again when
         ``"auto"`` activates a harmonic); returns ``(outcome, carry for the next slot)``. The
@@ -324,6 +346,7 @@ class FamilyRunner:
             carry = self.level_carry(i)
         self.loop.force_vector = self.F0 * (self.amps[i] / self.amp0)
         out = self.loop.run(f, carry)
+        out, carry = self._fresh_after_jump(f, out, carry)
         new = self._activate(out)
         if new:
             V_old = None

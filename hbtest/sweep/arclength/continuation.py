@@ -41,17 +41,35 @@ residual still implies within ``accuracy * |U_P|``; that error is the displaceme
 the bordered Newton correction onto the curve (regular at a fold, where the fixed-frequency
 Jacobian is singular).
 
-Pooling: the hbtest profile caps a record's length (``max_record_factor``) and reaches the
-noise a point's accuracy needs by pooling every evaluation of the point. The corrector does the
-same: each judgement uses its evaluations so far pooled at the last one
-(:meth:`PointLoop.pool`, the rig output affine in the scaled ``(V, f)``, prior ``Gz`` within
-``pool_prior_fraction``), and each record asks for the noise that, pooled, meets the goal
-(``noise_target``). The accepted point stores the pooled estimate.
+Pooling (the path pool): the twin, like the lab's rig, does not repeat — each evaluation
+scatters about the rig's affine response by a random offset of its own (a demand scatter of
+about 1 um here, of the order of the accuracy a point needs), so no single evaluation, and no
+corrector's handful of them (at most 8 against the 5 coordinates of ``(V, f)``: at most 2
+degrees of freedom for a scatter), judges a point. Every evaluation the trace holds is kept
+with its scaled demand ``z_j`` (:attr:`HybridArclength.bank`: the first point's, the
+finite differences, every corrector's, the failed attempts' too). Each judgement pools,
+at the corrector's newest evaluation ``z``, those within ``pool_radius * h`` of it (``h`` the
+step, nearest ``pool_max``) by the affine model ``Y_j = A (z_j - z) + c + b_j + e_j``
+(:meth:`PointLoop.pool`, prior ``A ~ N(Gz, (pool_prior_fraction * max|row|)^2)``), ``e_j``
+the read noise of the record (its stated variance ``s_j^2``), ``b_j ~ N(0, tau^2)`` the
+between-evaluation offset with ``tau^2`` per output the Paule-Mandel estimate from the misfit
+of all of them, ``sum_j res_j^2 / (s_j^2 + tau^2) = J - 1 - m`` — the single-harmonic pool's
+random-effects rule (:func:`hbtest.method.estimators.pool_affine`), estimated only where the
+misfit is beyond the read noise's 1e-6 tail (a rig that repeats pools as without it) and
+averaged only up to the profile's ``between_limit`` (beyond it the model is failing). The
+estimate ``c`` (variance from weights ``1 / (s_j^2 + tau^2)``) is the point's; the fitted
+``A`` replaces ``Gz``. Evaluations the fit drops as outliers mean the affine model does not
+hold over the radius: the point's record says so and the next step is at most
+``min_factor`` of this one (the radius shrinks with it). Each record asks for the noise that,
+pooled, meets the goal (:meth:`_noise_target`, from the pooled noise, the scatter included:
+a longer record does not average a scatter, the records are capped by ``max_record_factor``).
 
-Step control: after a point that needed ``n`` corrector evaluations the step is scaled by
-``target_iterations / n`` (within ``[min_factor, max_factor]`` and ``[min_step, max_step]``); a
-corrector that fails within ``max_corrector_iterations`` halves the step and re-measures the
-rig Jacobian at the last point; below ``min_step`` the trace stops (stalled).
+Step control: the next step is ``h * turn_angle / angle`` where ``angle`` is the turn of the
+tangent over the last step (the curvature of the traced branch times the step), within
+``[min_factor, max_factor]`` and ``[min_step, max_step]`` — dense at the folds, sparse on
+the flanks. A corrector that fails within ``max_corrector_iterations`` halves the step and
+re-measures the rig Jacobian at the last point (its evaluations join the pool); below
+``min_step`` the trace stops (stalled).
 Folds: where ``df/ds`` (the tangent's frequency component) changes sign and stays changed for
 ``fold_confirm_points`` points while the trace goes back by ``fold_retreat`` of the band (a
 measured tangent flickers near a fold); the fold frequency is
@@ -145,6 +163,8 @@ class HybridArclength:
         self.branch_sign = self.direction  # sign of df/ds on the current branch
         self.extreme: float | None = None  # extreme frequency since the last fold [Hz]
         self.against = 0  # points in a row whose df/ds opposes the branch
+        self.bank: list = []  # the path pool: (scaled demand z, evaluation) of every evaluation held
+        self.not_affine = 0  # evaluations the last pools of this step dropped as outliers
 
     # -- coordinates ---------------------------------------------------------------------
     def scale(self, V: np.ndarray, f: float) -> np.ndarray:
@@ -188,11 +208,14 @@ class HybridArclength:
         :meth:`~PointLoop.finite_differences`) and the frequency."""
         lp = self.loop
         tol = SETTLE_FRACTION * self.r_target
+        n0 = len(history)
         _, G = lp.finite_differences(num, e, history, tol)
         f = num.frequency_hz
+        self._remember(history[n0:], f)
         df = self.s.frequency_fd_fraction * self.f_scale * (1 if f + self.s.frequency_fd_fraction * self.f_scale <= self.hi else -1)
         ef = lp.evaluate(self.numerical_side(f + df), e.V, tol, kind="finite_difference")
         history.append(ef)
+        self._remember([ef], f + df)
         self.Gz = np.hstack([G * self.v_scale, ((ef.Y - e.Y) / df * self.f_scale)[:, None]])
 
     def _judge(self, num: NumericalSide, e, J: np.ndarray, t_ref: np.ndarray):
@@ -237,6 +260,7 @@ class HybridArclength:
         self.d_scale = float(np.abs(num.D).max())
         e = out.final
         history = out.history
+        self._remember(history, f0)
         self._initial_jacobian(num, e, carry, history, self.direction)
         out = replace(out, rig_periods=(lp.rig.elapsed_s - t0) * f0)
         self.z, self.e = self.scale(e.V, f0), e
@@ -258,6 +282,7 @@ class HybridArclength:
         df = self.s.frequency_fd_fraction * self.f_scale * direction
         ef = self.loop.evaluate(self.numerical_side(f + df), e.V, SETTLE_FRACTION * self.r_target, kind="finite_difference")
         history.append(ef)
+        self._remember([ef], f + df)
         self.Gz = np.hstack([carry.G * self.v_scale, ((ef.Y - e.Y) / df * self.f_scale)[:, None]])
 
     def _reconverge(self, num: NumericalSide, history: list):
@@ -275,6 +300,7 @@ class HybridArclength:
         carry = lp.new_carry()
         out = lp.run(num.frequency_hz, carry)
         history.extend(out.history)
+        self._remember(out.history, num.frequency_hz)
         inside = num.frequency_hz + self.branch_sign * self.s.frequency_fd_fraction * self.f_scale
         self._initial_jacobian(num, out.final, carry, history, self.branch_sign if self.lo <= inside <= self.hi else -self.branch_sign)
         return out.final
@@ -308,6 +334,7 @@ class HybridArclength:
         history, self.pending = self.pending, []
         t0 = lp.rig.elapsed_s if self.pending_t0 is None else self.pending_t0
         self.pending_t0 = None
+        self.not_affine = 0
         z0, tz0 = self.z, self.t
         while True:
             try:
@@ -340,6 +367,7 @@ class HybridArclength:
             num0 = self.numerical_side(f0)
             e0 = lp.evaluate(num0, V0, SETTLE_FRACTION * self.r_target, kind="start")
             history.append(e0)
+            self._remember([e0], f0)
             self._measure_jacobian(num0, e0, history)
             self.e = e0
         z, e, num, J, its = res
@@ -347,13 +375,26 @@ class HybridArclength:
         fold = self._fold(z0, tz0, z, t)
         step = self.h
         self.z, self.t, self.e = z, t, e
-        factor = float(np.clip(self.s.target_iterations / max(its, 1), self.s.min_factor, self.s.max_factor))
+        factor, note = self._step_factor(tz0, t)
         self.h = float(np.clip(self.h * factor, self.s.min_step, self.s.max_step))
         f = num.frequency_hz
         if f < self.lo or f > self.hi:
             self.finished = True
-        out = self._outcome(f, e, True, its, history, t0, "converged", "converged")
+        out = self._outcome(f, e, True, its, history, t0, "converged", "converged" + note)
         return TracedPoint(out, z.copy(), t.copy(), step, fold, self.last_error)
+
+    def _step_factor(self, t0: np.ndarray, t: np.ndarray) -> tuple[float, str]:
+        """The next step over this one, and a note for the point's record: the step that
+        turns the tangent by ``turn_angle`` where this one turned it by ``angle`` (the
+        curvature of the traced branch, ``angle / step``), within ``[min_factor,
+        max_factor]``; at most ``min_factor`` where the path pool's affine model did not
+        hold over the evaluations near the point (:attr:`not_affine`)."""
+        angle = float(np.arccos(np.clip(float(t0 @ t), -1.0, 1.0)))
+        factor = float(np.clip(self.s.turn_angle / max(angle, np.finfo(float).tiny), self.s.min_factor, self.s.max_factor))
+        if not self.not_affine:
+            return factor, ""
+        return min(factor, self.s.min_factor), (f"; the affine model of the path pool did not hold over {self.not_affine}"
+                                                 " evaluation(s) near the point: step shortened")
 
     def _fold(self, z0, t0, z, t) -> float | None:
         """Fold detection: ``df/ds`` has changed sign against the branch for
@@ -403,6 +444,7 @@ class HybridArclength:
                 return None
             raws.append(raw)
             zs.append(z)
+            self.bank.append((z, raw))
             e = self._pool(num, raws, zs)
             pooled_noise = e.noise
             J = self.jacobian(num, e)
@@ -421,21 +463,41 @@ class HybridArclength:
         return None
 
     def _pool(self, num: NumericalSide, raws: list, zs: list):
-        """The corrector's evaluations so far pooled at the last one
-        (:meth:`PointLoop.pool` over the scaled demands ``z = (V, f)``, prior ``Gz`` within
-        ``pool_prior_fraction``), as the
-        hbtest profile pools a point's evaluations: a record is capped in length
-        (``max_record_factor``) and a point reaches the noise its accuracy needs by pooling,
-        not by one long record. The fitted ``[dY/dV, dY/df]`` replaces ``Gz`` where the
-        profile takes its Jacobian from the pool. Without pooling (another profile) the
-        last evaluation itself."""
+        """The path pool at the corrector's last evaluation (module docstring, "Pooling"):
+        :meth:`PointLoop.pool` over the scaled demands ``z = (V, f)`` of the evaluations of
+        the path (:meth:`_near`), prior ``Gz`` within ``pool_prior_fraction``, the
+        between-evaluation variance of the profile's own rule
+        (:meth:`HbtestProfile.between_limit`). The fitted ``[dY/dV, dY/df]`` replaces ``Gz``.
+        Evaluations the affine model does not explain (the pool's outliers) mean the radius
+        is too wide for the curve here: :attr:`not_affine` is set (the step is shortened).
+        Without pooling (another profile) the last evaluation itself."""
         prof = self.loop.profile
-        fraction = self.s.pool_prior_fraction
-        if not isinstance(prof, PoolingProfile) or len(raws) < 2:
+        if not isinstance(prof, PoolingProfile):
             return raws[-1]
-        pooled = self.loop.pool(num, raws, self.Gz, fraction, demands=np.stack(zs))
+        near = self._near(zs[-1], raws[-1])
+        if len(near) < 2:
+            return raws[-1]
+        pooled = self.loop.pool(num, [e for _, e in near], self.Gz, self.s.pool_prior_fraction,
+                                demands=np.stack([z for z, _ in near]), between=prof.between_limit(self.loop, False))
         self.Gz = pooled.jacobian
+        if pooled.fit is not None and pooled.fit.used.size < len(near):
+            self.not_affine = max(self.not_affine, len(near) - pooled.fit.used.size)
         return pooled.evaluation
+
+    def _near(self, z: np.ndarray, last) -> list:
+        """The path pool's evaluations at ``z``: those of :attr:`bank` within
+        ``pool_radius`` steps of it (scaled distance in ``(V, f)``; the step of the attempt,
+        at least ``min_step``), at most ``pool_max`` of them, nearest first kept, in the
+        order measured with ``last`` (the corrector's newest) at the end."""
+        radius = self.s.pool_radius * max(self.h, self.s.min_step)
+        d = np.array([float(np.linalg.norm(zb - z)) for zb, _ in self.bank])
+        idx = [int(j) for j in np.argsort(d, kind="stable") if d[j] <= radius and self.bank[j][1] is not last]
+        keep = sorted(idx[: self.s.pool_max - 1])
+        return [self.bank[j] for j in keep] + [(z, last)]
+
+    def _remember(self, evaluations, f: float) -> None:
+        """Put ``evaluations`` (at frequency ``f``, not over range) into the path pool."""
+        self.bank.extend((self.scale(e.V, f), e) for e in evaluations if not e.overrange)
 
     def _noise_target(self, pooled_noise: float) -> float | None:
         """Residual noise [m] the next record must reach so that, pooled with the corrector's

@@ -24,7 +24,7 @@ from ...method.substructure import Substructure, join_beams
 from ...numerical import NonlinearSubstructure
 from ...rig.capabilities import KnownPhysicalSide
 
-__all__ = ["joined_structure", "reference_on_branch", "nearest_on_curve", "NEAREST_TOLERANCE", "NEAREST_MAX_ITERATIONS",
+__all__ = ["joined_structure", "reference_on_branch", "nearest_on_curve", "curve_errors", "NEAREST_TOLERANCE", "NEAREST_MAX_ITERATIONS",
            "NEAREST_FREQUENCY_STEP", "NEAREST_TANGENT_UPDATES", "TraceReference", "BRANCH_TOLERANCE"]
 
 #: :func:`nearest_on_curve`: Newton stops at a scaled step below this (the condensed joined beam
@@ -141,3 +141,19 @@ class TraceReference:
         k1 = int(np.argmax(orders == 1)) if np.any(orders == 1) else 0
         scale = max(float(np.abs(measured[0, k1])), np.finfo(float).tiny)
         return U if abs(U[0, k1] - measured[0, k1]) <= BRANCH_TOLERANCE * scale else nan
+
+
+def curve_errors(ds, orders, frequency_scale: float, joined: NonlinearSubstructure, force_vector) -> np.ndarray:
+    """Per finished point of a store ``ds`` (trace or grid order), against the nearest exact
+    point (:func:`nearest_on_curve`, ``frequency_scale`` [Hz] the band's width): ``|U_k -
+    U_ref,k| / |U_ref|`` of ``u`` for each order (relative to the amplitude of the whole
+    exact response there), then that point's frequency offset ``f_ref - f`` [Hz]. Rows
+    (points), columns (orders..., offset)."""
+    done = np.asarray(ds["done"].values, dtype=bool)
+    f = ds["frequency"].values[done]
+    U = ds["interface_displacement"].values[done]
+    out = []
+    for fi, Ui in zip(f, U):
+        Ur, fr = nearest_on_curve(joined, force_vector, float(fi), orders, Ui, frequency_scale)
+        out.append([*(np.abs(Ui[0] - Ur[0]) / np.linalg.norm(Ur[0])), fr - fi])
+    return np.array(out)

@@ -27,12 +27,20 @@ class ArclengthSettings:
 
     - ``initial_step`` / ``min_step`` / ``max_step``: the arclength step of the first
       prediction, the smallest one tried before the trace gives up, the largest one taken;
-    - ``target_iterations``: corrector evaluations a step should need; the next step is
-      scaled by ``target_iterations / used`` within ``[min_factor, max_factor]``;
+    - ``turn_angle``: the tangent turn a step should make [rad]: the next step is this over
+      the curvature the last step measured (the angle between its two tangents over its
+      length), within ``[min_factor, max_factor]`` of it — dense at the folds, sparse on the
+      flanks, whatever number of corrector evaluations the noise asked for (the former rule,
+      ``target_iterations / used``, followed the noise: 509 slots on the reference twin
+      without its scatter);
     - ``max_corrector_iterations``: evaluations of one corrector before the step is halved
-      (and the rig Jacobian re-measured);
+      (and the rig Jacobian re-measured): 12, the corrector's judgement on a pool that
+      averages a scatter of about the residual level a point needs takes more evaluations
+      than the 8 that sufficed on a repeating rig;
     - ``frequency_fd_fraction``: the frequency step of the rig's ``dY/df`` finite difference,
-      as a fraction of the band;
+      as a fraction of the band (the path pool refines the column as the trace moves; 2e-3,
+      8 mHz of a 4 Hz band, turned the reference twin's demand scatter (about 1 um per
+      evaluation) into a ``dY/df`` error that bent the first tangent: 2e-2);
     - ``model_frequency_step``: relative frequency step of the central difference of the
       numerical side's explicit ``dR/df`` (a model, no rig time);
     - ``max_points``: slots of the store, the trace stops when they are full;
@@ -49,28 +57,31 @@ class ArclengthSettings:
       0.25 % of a 4 Hz band is 10 mHz);
     - ``max_voltage_step_factor``: a corrector step changes no voltage by more than this
       multiple of ``solver.max_step_v``;
-    - ``pool_prior_fraction``: a corrector's evaluations are pooled at its last one (the
-      hbtest profile's records are capped in length: a point reaches the noise its accuracy
-      needs by pooling, :meth:`hbtest.point.PointLoop.pool` over the scaled ``(V, f)``); the
-      prior standard deviation of the carried rig Jacobian ``[dY/dV, dY/df]`` entries, a
-      fraction of the largest entry of each row. The corrections within a corrector are
-      small, and the pool's uncertainty of them is this fraction times the step: measured on
-      sweeps/cubic-interface.toml 16.0-16.5 Hz, seed 1, 0.3 (the point profile's) -> 45
-      points, 0.1 -> 56, 0.03 -> 34 (no pooling: over 60; before the capped records: 29).
+    - ``pool_prior_fraction``, ``pool_radius``, ``pool_max``: the path pool (module
+      docstring, "Pooling"): every evaluation of the trace within ``pool_radius`` times the
+      current step of the corrector's newest one (scaled distance in ``(V, f)``), at most
+      ``pool_max`` of them, nearest first, pooled at the newest with the random-effects
+      rule of the hbtest profile (:meth:`hbtest.point.PointLoop.pool`, ``between``); the
+      prior standard deviation of the carried rig Jacobian ``[dY/dV, dY/df]`` entries is
+      ``pool_prior_fraction`` of the largest entry of each row (the point profile's 0.3:
+      the pool holds 10-24 evaluations against 5 coordinates, the data fit the Jacobian; a
+      corrector's own at most 8 evaluations needed 0.03 and could not estimate a scatter).
       Without a pooling profile the last evaluation is used alone."""
 
     initial_step: float = 0.01
     min_step: float = 1e-4
     max_step: float = 0.05
-    target_iterations: int = 3
     min_factor: float = 0.5
     max_factor: float = 2.0
-    max_corrector_iterations: int = 8
-    frequency_fd_fraction: float = 2e-3
+    max_corrector_iterations: int = 12
+    frequency_fd_fraction: float = 2e-2
     model_frequency_step: float = 1e-6
     max_points: int = DEFAULT_MAX_POINTS
     max_voltage_step_factor: float = 4.0
     worst_case_factor: float = 1.5
     fold_confirm_points: int = 2
     fold_retreat: float = 2.5e-3
-    pool_prior_fraction: float = 0.03
+    pool_prior_fraction: float = 0.3
+    pool_radius: float = 1.5
+    pool_max: int = 24
+    turn_angle: float = 0.25
