@@ -5,8 +5,10 @@ on a knife edge of its threshold fails for some shift. Not part of the suite; ru
     SEED_SHIFT=1 PYTHONPATH=benchmarks:. python -m pytest -q -p seedshift tests/test_sweep.py ...
 
 and again with SEED_SHIFT=2, 3, ...; OPENBLAS_CORETYPE=Haswell (or another kernel set) does the
-same for BLAS rounding. A test that fails here needs a wider margin or more seeds (README,
-"Reproducibility")."""
+same for BLAS rounding. A test that fails here needs a wider margin or more seeds (docs/reproducibility.md). The shift lives in the pytest
+process only: Dask worker *processes* build unshifted twins, so a test comparing a process
+cluster with a serial run (tests/test_campaign.py, ``..._of_processes_equals_serial...``) fails
+under a shift by construction, not by its threshold."""
 
 import os
 
