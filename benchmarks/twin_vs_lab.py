@@ -65,6 +65,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hbtest.config import load_rig, load_sweep  # noqa: E402
+from hbtest.method.sensors import measure_interface  # noqa: E402
 from hbtest.point import PointLoop, PointSettings  # noqa: E402
 from hbtest.point.numerical import NumericalSide  # noqa: E402
 from hbtest.rig import open_rig  # noqa: E402
@@ -73,8 +74,7 @@ from hbtest.rig.virtual.iteration_stats import (  # noqa: E402
     affine_misfit_components,
     step_statistics,
 )
-from hbtest.rig.virtual.noisefit import band_density, line_fit, lines_to_front_back  # noqa: E402
-from hbtest.method.sensors import measure_interface  # noqa: E402
+from hbtest.twin.streams import rig_statistics  # noqa: E402
 
 FIT = ROOT / "tests" / "data" / "lab_noise_fit.json"
 FIXTURE = ROOT / "tests" / "data" / "lab_noise_fixture.json"
@@ -93,31 +93,16 @@ FREQS = (16.5, 17.5, 18.5)
 
 def twin_streams(rig_path: Path, seed: int, frequencies, rig_set=()) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(mains amplitudes (n, 4, 5), broadband rms at 10 kHz (n, 4), noise density in
-    ``noisefit.BAND_HZ`` (n, 4)) of 2-period records at ``frequencies`` (zero demand; 7.3
-    unread periods before each), channels as CHANNELS."""
+    ``noisefit.BAND_HZ`` (n, 4)) of 2-period records at ``frequencies`` (zero demand), channels
+    as CHANNELS: the records of ``hbtest twin --check TWIN --records DIR``
+    (:func:`hbtest.twin.streams.rig_statistics`, spread over one period of the mains drift as the
+    lab's streams span hours of it)."""
     rc = load_rig(rig_path, rig_set)
-    rig = open_rig(rc, seed=seed)
-    lay = rig.describe().sensors
-    names = lay.channel_names
-    gauges = [c.name for c in lay.gauges][:2]
-    lasers = [c.name for c in lay.lasers][:2]
-    amps, rms, dens = [], [], []
-    for f in frequencies:
-        rig.set_demand(float(f), np.zeros((2, 1)), [1], ramp_periods=0)
-        rig.wait(7.3)
-        acq = rig.acquire(2)
-        phi = 2 * np.pi * f * acq.t
-        eps = np.stack([acq.data[g] * lay.channel(g).scale for g in gauges])
-        fb = lines_to_front_back(eps, lay.gauge_positions[:2], lay.gauge_calibration)
-        las = np.stack([acq.data[c] * lay.channel(c).scale * 1e3 for c in lasers])  # mm
-        y = np.concatenate([fb, las])
-        A, r = line_fit(y, phi, acq.t)
-        amps.append(np.abs(A))
-        rms.append(r * np.sqrt(10000.0 / acq.sample_rate_hz))
-        dens.append(band_density(y, phi, acq.t))
-    rig.close()
-    assert len(names) >= 4
-    return np.array(amps), np.array(rms), np.array(dens)
+    spacing = rc.spec.noise.mains_drift_period_s / max(len(frequencies), 1)
+    with open_rig(rc, seed=seed) as rig:
+        st = rig_statistics(rig, frequencies, spacing)
+    rows = [0, 1, 4, 5]
+    return np.abs(st["lines"][:, rows, :]), st["rms"][:, rows], st["density"][:, rows]
 
 
 def _loop(rig_path: Path, seed: int, rig_set=()):

@@ -149,3 +149,65 @@ def twin_text(rig_text: str, template_text: str, cfg, params: dict, quantities: 
     fitted = (_noise_table(params, cfg.sensors, qd) + [""] + _mains_table(params, qd, meta["drift"]) + [""]
               + _scatter_adc_tables(params, qd, meta["input_range_v"]) + [""] + _true_sensors(params, qd))
     return "\n".join(head) + "\n" + sensors + "\n" + mech + "\n" + "\n".join(fitted)
+
+
+#: tables a twin fitted from stream records replaces; every other table is the template's
+STREAM_FITTED = ("virtual.noise", "virtual.mains")
+
+
+def _stream_tables(v: dict, lab: dict, drift: tuple, src: str) -> list[str]:
+    u, ch, mf = v["u"], lab["channels"], lab["mains_frequency"]
+    k = np.sqrt(v["sample_rate_hz"] / lab["sample_rate_hz"])
+    r = lab["broadband_correlation"]
+    lines = lambda c: ", ".join(f"{a * 1e3:.3g}" for a in ch[c]["mains_amplitude_median"])  # noqa: E731
+    phase = lab["relative_phase"]["in2/in1"]
+    return [
+        f"[virtual.noise]   # white noise: the broadband residual of {src}; medians over streams (u: the median's, order statistics)",
+        _line("laser_rms_um", _num(v["laser_rms_um"]), text=f"u = {u['laser_rms_um']:.2g} um; lasers in5/in6 {ch['in5']['broadband_rms_median'] * 1e3:.3g}/"
+              f"{ch['in6']['broadband_rms_median'] * 1e3:.3g} um at {lab['sample_rate_hz']:g} Hz, x {k:.3g} for equal density here"),
+        _line("laser_mix", _matrix(v["laser_mix"]), text=f"lower Cholesky factor / laser_rms: in6/in5 correlation {r['in5_in6']['median']:.3f} +/- {r['in5_in6']['median_u']:.2g}"),
+        _line("gauge_rms_microstrain", _num(v["gauge_rms_microstrain"]), text=f"u = {u['gauge_rms_microstrain']:.2g} microstrain; front/back forces in1/in2 "
+              f"{ch['in1']['broadband_rms_median'] * 1e3:.3g}/{ch['in2']['broadband_rms_median'] * 1e3:.3g} mN mapped to the gauges by their layout"),
+        _line("gauge_mix", _matrix(v["gauge_mix"]), text=f"lower Cholesky factor / gauge_rms: in1/in2 correlation {r['in1_in2']['median']:.3f} +/- {r['in1_in2']['median_u']:.2g}, mapped"),
+        "",
+        f"[virtual.mains]   # mains lines of {src}: medians of the front/back forces' lines, phases as circular means, mapped to the gauges",
+        _line("frequency_hz", _num(v["mains_frequency_hz"]), text=f"u = {u['mains_frequency_hz']:.2g} Hz; median over the streams on the front gauge, "
+              f"p10-p90 {mf['p10_hz']:.4g}-{mf['p90_hz']:.4g} Hz"),
+        _line("drift_hz", _num(v["mains_drift_hz"] * np.sqrt(2)), text=f"a sine whose rms is the streams' spread {v['mains_drift_hz']:.3g} Hz (1.4826 MAD)"),
+        _line("drift_period_s", _num(drift[1]), text=f"NOT MEASURED: taken from {drift[2]} (the records carry no clock across runs)"),
+        _line("amplitude_microstrain", _num(v["mains_amplitude_microstrain"]), text=f"u = {u['mains_amplitude_microstrain']:.2g} microstrain; the largest "
+              f"fundamental; forces per multiple (mN): front {lines('in1')}, back {lines('in2')}"),
+        _line("harmonics", "[" + ", ".join(_num(x) for x in v["mains_harmonics"]) + "]", text="the largest line of each multiple / amplitude"),
+        _line("gauge_gain", _matrix(v["mains_gain"]), text="each gauge's line / (amplitude x harmonics)"),
+        _line("gauge_phase_deg", _matrix(v["mains_phase_deg"]), text="back/front phase per multiple " + ", ".join(
+            f"{p:.0f}+/-{pu:.1g}" for p, pu in zip(phase["phase_deg"], phase["phase_u_deg"])) + " deg, mapped"),
+    ]
+
+
+def stream_twin_text(template_text: str, values: dict, lab: dict, meta: dict) -> str:
+    """A twin fitted from stream records (:mod:`hbtest.twin.streams`): the template's rig file
+    with ``[virtual.noise]`` and ``[virtual.mains]`` replaced by the fitted ones; ``meta``:
+    ``records``, ``template``, ``date``, ``points``, ``drift`` (hz, period_s, source)."""
+    src = f"{meta['points']} streams of {meta['records']}"
+    head = [f"# hbtest twin fitted from records: {src}, by `hbtest twin --records` on {meta['date']}.",
+            "# Fitted (each value's comment names its figure and standard uncertainty): [virtual.noise], [virtual.mains].",
+            f"# NOT MEASURED from these records, taken from {meta['template']}: everything else ([rig], [sensors], [physical],",
+            "# the mechanics, [virtual.demand_scatter], [virtual.adc], true sensors): streams at converged demands do not identify them.", ""]
+    tables = _stream_tables(values, lab, meta["drift"], src)
+    body: list[str] = []
+    done = False
+    for name, text in blocks(template_text):
+        if name in STREAM_FITTED:
+            if body:  # the comment lines above a replaced table describe the template's values
+                kept = body[-1].rstrip("\n").split("\n")
+                while kept and (not kept[-1].strip() or kept[-1].lstrip().startswith("#")):
+                    kept.pop()
+                body[-1] = "\n".join(kept) + "\n"
+            if not done:
+                body.append("\n".join(tables) + "\n")
+                done = True
+            continue
+        body.append(text)
+    if not done:
+        body.append("\n".join(tables) + "\n")
+    return "\n".join(head) + "\n".join(body)
