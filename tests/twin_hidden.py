@@ -70,6 +70,9 @@ def truth(seed: int, modes=None) -> dict:
     v = draw(seed)
     out = {"mains.frequency_hz": v["mains_hz"], "demand_scatter.correlation": v["correlation"]}
     out |= {f"demand_scatter.sd_v.{i}": s for i, s in enumerate(v["sd_v"])}
+    out |= {"mechanics.clamp.mass_kg": v["clamp_mass_kg"], "mechanics.clamp.inertia_kg_m2": 1.5e-3,
+            "mechanics.clamp.support_stiffness_n_per_m": v["support_stiffness_n_per_m"],
+            "mechanics.clamp.rotational_stiffness_nm_per_rad": v["rotational_stiffness_nm_per_rad"]}
     for ch in ("l2", "g1", "g2"):
         out[f"channels.{ch}.scale_factor"] = v["scale_factor"][ch]
         out[f"channels.{ch}.skew_us"] = v["skew_us"][ch]

@@ -116,7 +116,7 @@ def _make(args) -> int:
 
     from ..config import load_rig
     from ..errors import UserError
-    from ..twin import fit_record
+    from ..twin import fit_mechanics, fit_record
     from ..twin.write import twin_text
 
     cfg = load_rig(args.rigfile)
@@ -127,7 +127,12 @@ def _make(args) -> int:
     record = _load_record(args.records) if args.records else _measure(cfg, args.rigfile, _settings(args.quick), args.seed)
     nz = tcfg.spec.noise
     params, quantities = fit_record(record, cfg.sensors, nz.mains_drift_hz)
-    meta = {"rigfile": args.rigfile, "template": str(tpath), "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    # a virtual rig is its own template (exact mechanics): the clamp is fitted only to another template's
+    mech = None if tpath.resolve() == Path(args.rigfile).resolve() else fit_mechanics(params, quantities, tcfg.spec, cfg.sensors)
+    if mech is not None:
+        params["clamp"], qm, record["mechanics"] = mech
+        quantities = quantities + qm
+    meta = {"rigfile": args.rigfile, "clamp_damping": (tcfg.spec.clamp.support_damping, tcfg.spec.clamp.rotational_damping), "template": str(tpath), "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "rig_time_s": record["rig_time_s"]["total"], "drift": (nz.mains_drift_hz, nz.mains_drift_period_s, str(tpath)),
             "input_range_v": record["quiet"].get("input_range_v") or nz.adc_range_v, "seed": tcfg.spec.seed}
     text = twin_text(Path(args.rigfile).read_text(), tpath.read_text(), cfg, params, quantities, meta)

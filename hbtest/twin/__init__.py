@@ -26,7 +26,7 @@ from .measure import (
     settle_s,
 )
 
-__all__ = ["TwinSettings", "Quantity", "measure", "fit_record", "STEPS", "bound_s"]
+__all__ = ["TwinSettings", "Quantity", "measure", "fit_record", "fit_mechanics", "STEPS", "bound_s"]
 
 STEPS = ("quiet", "decays", "channels", "scatter")
 #: the channel step's settling should reach exp(-14) (1e-6) of a transient (a phase of 1e-6 rad)
@@ -79,3 +79,17 @@ def fit_record(record: dict, layout, drift_prior_hz: float) -> tuple[dict, list[
     params = {"factors": factors, "quiet": quiet, "scatter": scatter, "modes": modes,
               "skews_us": {n: v["skew_us"] for n, v in record["channels"]["values"].items()}}
     return params, q + qq + qs + qm
+
+
+def fit_mechanics(params: dict, quantities: list, spec, layout) -> tuple[dict, list[Quantity], dict] | None:
+    """The template ``spec``'s clamp fitted to the measured modes of :func:`fit_record`
+    (:func:`hbtest.twin.mechanics.fit_clamp`), or None when fewer modes were measured than
+    the clamp has fitted values (the template's clamp is then kept, and the twin says so)."""
+    from .mechanics import FITTED, fit_clamp
+
+    modes = params["modes"]
+    if len(modes) <= len(FITTED):
+        return None
+    qd = {q.key: q for q in quantities}
+    u = [qd[f"modes.{i + 1}.frequency_hz"].u or 0.0 for i in range(len(modes))]
+    return fit_clamp(spec, layout, modes, u)

@@ -8,7 +8,8 @@ demand scatter's sd ``sd sqrt((1 + rho^2) / (1 - rho^2) / (4 n))`` (2 n real dev
 correlated), its correlation ``sqrt((1 - rho^2) / n)``. What the records cannot identify is
 taken from the rig file (or the reference twin) and said so: the reference laser's absolute
 scale and skew, the mains drift's amplitude and period (the command spans minutes; the drift
-half an hour), the rig's mechanics (the measured modes are compared, not fitted).
+half an hour), the rig's mechanics beyond the clamp (:mod:`.mechanics` fits the clamp to the
+measured modes; beam and shakers are the template's).
 """
 
 from __future__ import annotations
@@ -213,7 +214,8 @@ def fit_modes(decays: dict) -> tuple[np.ndarray, list]:
         uz = float(np.std(z, ddof=1) / np.sqrt(m)) if m > 1 else None
         i = len(found) + 1
         src = f"free decays ({m} runs)"
-        out.append(Quantity(f"modes.{i}.frequency_hz", float(f.mean()), uf, "Hz", src, "measured, not fitted into the twin's mechanics"))
+        out.append(Quantity(f"modes.{i}.frequency_hz", float(f.mean()), uf, "Hz", src,
+                            "measured; the clamp is fitted to these frequencies unless the rig is its own template"))
         out.append(Quantity(f"modes.{i}.damping_ratio", float(z.mean()), uz, "", src))
         found.append(complex(np.mean(match)))
     return np.array(found), out

@@ -128,6 +128,16 @@ def _true_sensors(params: dict, qd: dict) -> list[str]:
     return out
 
 
+def _clamp_table(clamp: dict, qd: dict, meta: dict) -> list[str]:
+    """``[virtual.clamp]`` with the fitted values (:mod:`hbtest.twin.mechanics`) and the
+    template's dampings; ``meta["clamp_damping"]``: (support N s/m, rotational N m s/rad)."""
+    sd, rd = meta["clamp_damping"]
+    out = ["[virtual.clamp]   # fitted to the rig's measured modes (their frequencies); dampings: the template's"]
+    out += [_line(k, _num(v), qd[f"mechanics.clamp.{k}"]) for k, v in clamp.items()]
+    src = f"NOT FITTED: taken from {meta['template']} (the shakers' back-EMF dominates the measured damping ratios; the JSON record compares them)"
+    return out + [_line("support_damping_n_s_per_m", _num(sd), text=src), _line("rotational_damping_nms_per_rad", _num(rd), text=src)]
+
+
 def twin_text(rig_text: str, template_text: str, cfg, params: dict, quantities: list, meta: dict) -> str:
     """The twin's rig file (module docstring). ``cfg``: the user's parsed rig file; ``meta``:
     ``rigfile``, ``template``, ``date``, ``rig_time_s``, ``drift`` (hz, period_s, source),
@@ -138,14 +148,18 @@ def twin_text(rig_text: str, template_text: str, cfg, params: dict, quantities: 
             f"# {meta['rig_time_s']:.0f} s of rig time; the measurements are in the JSON record beside this file.",
             "# Every fitted value carries a comment: the measurement it came from and its standard uncertainty.",
             f"# Taken from the rig file, not measured: [rig] limits, [sensors] (nominal calibration), [physical]; {ref.note}.",
-            f"# Taken from {meta['template']}, not measured: the mechanics ([virtual] scalars, clamp, friction, shakers):",
-            "# the rig's modes were measured (the record's `decays`) and are compared by `hbtest twin --check`, not fitted.",
+            f"# Taken from {meta['template']}, not measured: the mechanics ([virtual] scalars, friction, shakers; the clamp where not fitted):",
+            "# the rig's modes were measured (the record's `decays`): the clamp's mass, inertia and stiffnesses are fitted to their",
+            "# frequencies where enough modes were found (its comments say so), and `hbtest twin --check` compares them.",
             "", "[rig]", 'kind = "virtual"', f"identity = {('twin of ' + cfg.identity)!r}".replace("'", '"'),
             f"sample_rate_hz = {_num(cfg.sample_rate_hz)}", f"voltage_limit_v = {_num(cfg.voltage_limit_v)}",
             "actuators = [" + ", ".join(f'"{a}"' for a in cfg.actuators) + "]", ""]
     sensors = _copied(rig_text, lambda n: n == "physical" or n == "sensors" or n.startswith("sensors."))
-    mech = _copied(template_text, lambda n: n in MECHANICS)
+    keep_clamp = "clamp" not in params
+    mech = _copied(template_text, lambda n: n in MECHANICS and (keep_clamp or n != "virtual.clamp"))
     mech = re.sub(r"(?m)^seed\s*=.*$", f"seed = {meta['seed']}", mech)
+    if not keep_clamp:
+        mech += "\n" + "\n".join(_clamp_table(params["clamp"], qd, meta)) + "\n"
     fitted = (_noise_table(params, cfg.sensors, qd) + [""] + _mains_table(params, qd, meta["drift"]) + [""]
               + _scatter_adc_tables(params, qd, meta["input_range_v"]) + [""] + _true_sensors(params, qd))
     return "\n".join(head) + "\n" + sensors + "\n" + mech + "\n" + "\n".join(fitted)
