@@ -91,5 +91,6 @@ def fit_mechanics(params: dict, quantities: list, spec, layout) -> tuple[dict, l
     if len(modes) <= len(FITTED):
         return None
     qd = {q.key: q for q in quantities}
-    u = [qd[f"modes.{i + 1}.frequency_hz"].u or 0.0 for i in range(len(modes))]
-    return fit_clamp(spec, layout, modes, u)
+    uf = [qd[f"modes.{i + 1}.frequency_hz"].u or 0.0 for i in range(len(modes))]
+    uz = [qd[f"modes.{i + 1}.damping_ratio"].u or 0.0 for i in range(len(modes))]
+    return fit_clamp(spec, layout, modes, uf, uz)

@@ -132,7 +132,7 @@ def _clamp_table(clamp: dict, qd: dict, meta: dict) -> list[str]:
     """``[virtual.clamp]`` with the fitted values (:mod:`hbtest.twin.mechanics`) and the
     template's dampings; ``meta["clamp_damping"]``: (support N s/m, rotational N m s/rad)."""
     sd, rd = meta["clamp_damping"]
-    out = ["[virtual.clamp]   # fitted to the rig's measured modes (their frequencies); dampings: the template's"]
+    out = ["[virtual.clamp]   # fitted to the rig's measured modes (frequencies and damping ratios); dampings: the template's"]
     out += [_line(k, _num(v), qd[f"mechanics.clamp.{k}"]) for k, v in clamp.items()]
     src = f"NOT FITTED: taken from {meta['template']} (the shakers' back-EMF dominates the measured damping ratios; the JSON record compares them)"
     return out + [_line("support_damping_n_s_per_m", _num(sd), text=src), _line("rotational_damping_nms_per_rad", _num(rd), text=src)]
@@ -150,7 +150,7 @@ def twin_text(rig_text: str, template_text: str, cfg, params: dict, quantities: 
             f"# Taken from the rig file, not measured: [rig] limits, [sensors] (nominal calibration), [physical]; {ref.note}.",
             f"# Taken from {meta['template']}, not measured: the mechanics ([virtual] scalars, friction, shakers; the clamp where not fitted):",
             "# the rig's modes were measured (the record's `decays`): the clamp's mass, inertia and stiffnesses are fitted to their",
-            "# frequencies where enough modes were found (its comments say so), and `hbtest twin --check` compares them.",
+            "# frequencies and damping ratios where enough modes were found (its comments say so); `hbtest twin --check` compares them.",
             "", "[rig]", 'kind = "virtual"', f"identity = {('twin of ' + cfg.identity)!r}".replace("'", '"'),
             f"sample_rate_hz = {_num(cfg.sample_rate_hz)}", f"voltage_limit_v = {_num(cfg.voltage_limit_v)}",
             "actuators = [" + ", ".join(f'"{a}"' for a in cfg.actuators) + "]", ""]
