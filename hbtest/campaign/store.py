@@ -42,7 +42,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..store.provenance import git_state, jsonable, package_versions, utc_now
-from ..store.slots import write_slot
+from ..store.slots import SlotWriter
 from .figures import FIGURE_INFO
 
 __all__ = ["CampaignStore", "open_campaign", "CAMPAIGN_SCHEMA_VERSION", "CASE_STATUSES", "RESULT_VARIABLES"]
@@ -80,6 +80,7 @@ class CampaignStore:
         self.attrs = dict(g.attrs)
         self.n_cases = int(g["case"].shape[0])
         self.figures = tuple(self.attrs.get("figures", ()))
+        self._slots = SlotWriter(self.path)
 
     @classmethod
     def create(cls, path, cases, figures, attrs: dict, overwrite: bool = False) -> "CampaignStore":
@@ -194,7 +195,7 @@ class CampaignStore:
             data[name] = np.array(result.get(name, _FILL[kind]), dtype=_DTYPE[kind])
         if result.get("status") not in CASE_STATUSES[1:]:
             raise ValueError(f"case status must be one of {CASE_STATUSES[1:]}, got {result.get('status')!r}")
-        write_slot(self.path, i, data, flag="finished")
+        self._slots.write(i, data, flag="finished")
 
     def set_status(self, status: str, **extra) -> None:
         import zarr

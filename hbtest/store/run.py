@@ -80,7 +80,7 @@ from ..errors import UserError
 from .provenance import git_state, package_versions
 from .provenance import jsonable as _jsonable
 from .provenance import utc_now as _utc_now
-from .slots import write_slot
+from .slots import SlotWriter
 from .variables import (
     DESIGN_VARIABLES,
     EVALUATION_VARIABLES,
@@ -415,6 +415,9 @@ class RunStore:
         self.actuators = tuple(str(a) for a in g["actuator"][...])
         self.max_iterations = int(g["iteration"].shape[0]) - 1
         self.schema_version = int(g.attrs.get("schema_version", 1))
+        #: open slots (NaN frequencies, written with their points): set when the store is created
+        self.open_slots = bool(g.attrs.get("open_slots", False))
+        self._slots = SlotWriter(self.path)
         #: the store's arrays: an optional variable (``Var.may_lack``) is written where it is here
         self.variables = frozenset(keys)
         channels = tuple(str(c) for c in g["channel"][...]) if "channel" in keys else ()
@@ -551,11 +554,11 @@ class RunStore:
             raise IndexError(f"slot {index} outside 0..{self.n_points - 1}")
         index = int(index)
         f_slot = self.frequencies_hz[index]
-        if self.attrs.get("open_slots") and not self.done()[index]:
+        if self.open_slots and not self.done()[index]:
             self._write_frequency(index, float(rec.frequency_hz))
         elif not np.isclose(float(rec.frequency_hz), f_slot, rtol=1e-9, atol=0.0):
             raise ValueError(f"record at {rec.frequency_hz} Hz does not belong in slot {index} ({f_slot} Hz)")
-        write_slot(self.path, index, self.point_values(rec), flag="done")
+        self._slots.write(index, self.point_values(rec), flag="done")
 
     def point_values(self, rec: PointRecord) -> dict:
         """The value of every per-point variable this store holds (``done`` and the design
@@ -607,7 +610,7 @@ class RunStore:
         unknown = [k for k in values if k not in DESIGN_VARIABLES or k not in self.variables]
         if unknown:
             raise ValueError(f"{self.path}: no design variable(s) {', '.join(unknown)} in this store")
-        write_slot(self.path, int(index), values)
+        self._slots.write(int(index), values)
 
     def _raw_values(self, acq) -> dict:
         """The raw-record variables of one point from an acquisition (NaN/-1 when None)."""
