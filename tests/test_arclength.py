@@ -82,7 +82,7 @@ def test_chord_check_keeps_a_curve_tangent_and_replaces_a_bent_one(radius, angle
     """On a circle, the exact tangent at the end of an arc that turns by ``turn`` (<= 0.5 rad)
     is ``turn / 2`` from the chord: kept under the limit of 0.5 rad; a tangent bent by
     ``bend`` (> the limit) away from the chord is replaced by the unit chord, and the angle it
-    had is returned."""
+    had is returned; unless the chord is shorter than ``min_chord``."""
     def on(a):
         return radius * np.array([math.cos(a), math.sin(a)])
 
@@ -97,6 +97,10 @@ def test_chord_check_keeps_a_curve_tangent_and_replaces_a_bent_one(radius, angle
     taken, bent = chord_checked_tangent(z0, z, off, 0.5)
     assert bent == pytest.approx(bend, rel=1e-6) and np.allclose(taken, chord, atol=1e-12)
     assert np.linalg.norm(taken) == pytest.approx(1.0, rel=1e-12)
+    # a chord shorter than min_chord is no evidence: the bent tangent is kept
+    short = float(np.linalg.norm(z - z0))
+    kept, bent = chord_checked_tangent(z0, z, off, 0.5, min_chord=1.01 * short)
+    assert bent is None and kept is off
 
 
 # -- configuration ----------------------------------------------------------------------------
@@ -105,10 +109,10 @@ def test_config_default_is_stepped_and_the_cubic_sweep_traces_by_arclength():
     cfg = load_sweep(REPO / "sweeps" / "paper-cantilever.toml")
     assert cfg.sweep.continuation == "stepped" and "stepped" in CONTINUATIONS
     cub = load_sweep(CUBIC)
-    assert cub.sweep.continuation == "arclength" and cub.sweep.max_points == 800
+    assert cub.sweep.continuation == "arclength" and cub.sweep.max_points == 200
     s = settings_from(cub)
     d = ArclengthSettings()
-    assert (s.initial_step, s.min_step, s.max_step, s.max_points) == (d.initial_step, d.min_step, d.max_step, 800)
+    assert (s.initial_step, s.min_step, s.max_step, s.max_points) == (d.initial_step, d.min_step, d.max_step, 200)
 
 
 @pytest.mark.parametrize("override, key", [

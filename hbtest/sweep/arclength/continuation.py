@@ -71,7 +71,7 @@ the flanks. A corrector that fails within ``max_corrector_iterations`` halves th
 re-measures the rig Jacobian at the last point (its evaluations join the pool); below
 ``min_step`` the trace stops (stalled). The tangent at a new point is the null vector of its
 measured Jacobian unless it is more than ``tangent_chord_limit`` from the chord of the step
-that reached it (:func:`chord_checked_tangent`: a Jacobian the noise bent, on a curve that
+that reached it (a chord of at least ``tangent_chord_min``) (:func:`chord_checked_tangent`: a Jacobian the noise bent, on a curve that
 turns about ``turn_angle`` a step): then the chord is the tangent, and the point's record
 says so.
 Folds: where ``df/ds`` (the tangent's frequency component) changes sign and stays changed for
@@ -140,16 +140,18 @@ def hermite_extremum(f0: float, f1: float, d0: float, d1: float, ds: float) -> f
     return float(h00 * f0 + h10 * a + h01 * f1 + h11 * b)
 
 
-def chord_checked_tangent(z0: np.ndarray, z: np.ndarray, t: np.ndarray, limit: float) -> tuple[np.ndarray, float | None]:
+def chord_checked_tangent(z0: np.ndarray, z: np.ndarray, t: np.ndarray, limit: float,
+                          min_chord: float = 0.0) -> tuple[np.ndarray, float | None]:
     """The tangent at ``z`` (unit ``t``, from the measured Jacobian) checked against the chord
     from the previous point ``z0`` (scaled coordinates): on a smooth curve the two differ by
     about half the turn of the step, which the step control keeps near ``turn_angle``; a
     tangent more than ``limit`` [rad] from the chord comes from a Jacobian the noise bent,
-    not from the curve, and the unit chord replaces it. Returns (tangent, the rejected
-    tangent's angle to the chord [rad], or None when ``t`` is kept)."""
+    not from the curve, and the unit chord replaces it. A chord shorter than ``min_chord`` is
+    no evidence (the points' own position noise turns it) and ``t`` is kept. Returns
+    (tangent, the rejected tangent's angle to the chord [rad], or None when ``t`` is kept)."""
     chord = np.asarray(z, dtype=float) - np.asarray(z0, dtype=float)
     length = float(np.linalg.norm(chord))
-    if not length > 0:
+    if not length > 0 or length < min_chord:
         return t, None
     chord = chord / length
     angle = float(np.arccos(np.clip(float(chord @ t), -1.0, 1.0)))
@@ -393,7 +395,8 @@ class HybridArclength:
             self._measure_jacobian(num0, e0, history)
             self.e = e0
         z, e, num, J, its = res
-        t, bent = chord_checked_tangent(z0, z, bordered_tangent(J, tz0), self.s.tangent_chord_limit)
+        t, bent = chord_checked_tangent(z0, z, bordered_tangent(J, tz0), self.s.tangent_chord_limit,
+                                        self.s.tangent_chord_min)
         fold = self._fold(z0, tz0, z, t)
         step = self.h
         self.z, self.t, self.e = z, t, e

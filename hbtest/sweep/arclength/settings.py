@@ -73,7 +73,13 @@ class ArclengthSettings:
       two differ by about half the step's turn (``turn_angle`` / 2 where the step control
       holds), and the reference twin's seed 2 turned a tangent by 64 deg on the flank at
       17.28 Hz (df/ds 0.98 to 0.39, the curve's turn a few degrees): the next corrector halved
-      its step to the minimum along it and stalled (issue 41). 0.5 rad: twice ``turn_angle``."""
+      its step to the minimum along it and stalled (issue 41). 0.5 rad: twice ``turn_angle``;
+    - ``tangent_chord_min``: a chord shorter than this (scaled) is not used against the
+      tangent: a converged point's position is uncertain by about ``test.accuracy`` of its
+      state (about 1e-3 scaled here), which turns a chord of 1e-2 by up to about 0.2 rad; with
+      every chord used, the reference twin's seed 3 took a chord of 4e-4 (128 deg from the
+      measured tangent) near the upper fold, turned back and stalled at 19.43 Hz.
+      The initial step, 1e-2."""
 
     initial_step: float = 0.01
     min_step: float = 1e-4
@@ -93,3 +99,4 @@ class ArclengthSettings:
     pool_max: int = 24
     turn_angle: float = 0.25
     tangent_chord_limit: float = 0.5
+    tangent_chord_min: float = 1e-2
