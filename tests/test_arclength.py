@@ -82,7 +82,8 @@ def test_chord_check_keeps_a_curve_tangent_and_replaces_a_bent_one(radius, angle
     """On a circle, the exact tangent at the end of an arc that turns by ``turn`` (<= 0.5 rad)
     is ``turn / 2`` from the chord: kept under the limit of 0.5 rad; a tangent bent by
     ``bend`` (> the limit) away from the chord is replaced by the unit chord, and the angle it
-    had is returned; unless the chord is shorter than ``min_chord``."""
+    had is returned; a chord shorter than ``min_chord`` is not used: the previous tangent is
+    the reference then."""
     def on(a):
         return radius * np.array([math.cos(a), math.sin(a)])
 
@@ -97,10 +98,16 @@ def test_chord_check_keeps_a_curve_tangent_and_replaces_a_bent_one(radius, angle
     taken, bent = chord_checked_tangent(z0, z, off, 0.5)
     assert bent == pytest.approx(bend, rel=1e-6) and np.allclose(taken, chord, atol=1e-12)
     assert np.linalg.norm(taken) == pytest.approx(1.0, rel=1e-12)
-    # a chord shorter than min_chord is no evidence: the bent tangent is kept
+    # a chord shorter than min_chord is no evidence: without the previous tangent the bent
+    # one is kept; with it, the previous one replaces a turn beyond the limit, not the curve's
     short = float(np.linalg.norm(z - z0))
     kept, bent = chord_checked_tangent(z0, z, off, 0.5, min_chord=1.01 * short)
     assert bent is None and kept is off
+    t_prev = np.array([-math.sin(angle), math.cos(angle)])
+    kept, bent = chord_checked_tangent(z0, z, t, 0.5, 1.01 * short, t_prev)
+    assert bent is None and kept is t
+    taken, bent = chord_checked_tangent(z0, z, off, 0.5, 1.01 * short, t_prev)
+    assert np.allclose(taken, t_prev, atol=0) and bent == pytest.approx(math.acos(np.clip(t_prev @ off, -1, 1)), rel=1e-12)
 
 
 # -- configuration ----------------------------------------------------------------------------

@@ -141,18 +141,24 @@ def hermite_extremum(f0: float, f1: float, d0: float, d1: float, ds: float) -> f
 
 
 def chord_checked_tangent(z0: np.ndarray, z: np.ndarray, t: np.ndarray, limit: float,
-                          min_chord: float = 0.0) -> tuple[np.ndarray, float | None]:
+                          min_chord: float = 0.0, t0: np.ndarray | None = None) -> tuple[np.ndarray, float | None]:
     """The tangent at ``z`` (unit ``t``, from the measured Jacobian) checked against the chord
     from the previous point ``z0`` (scaled coordinates): on a smooth curve the two differ by
     about half the turn of the step, which the step control keeps near ``turn_angle``; a
     tangent more than ``limit`` [rad] from the chord comes from a Jacobian the noise bent,
     not from the curve, and the unit chord replaces it. A chord shorter than ``min_chord`` is
-    no evidence (the points' own position noise turns it) and ``t`` is kept. Returns
-    (tangent, the rejected tangent's angle to the chord [rad], or None when ``t`` is kept)."""
+    no evidence (the points' own position noise turns it): ``t`` is checked against the
+    previous tangent ``t0`` instead (a curve that turns ``turn_angle`` over steps of about
+    ``min_chord`` and more does not turn by ``limit`` over a shorter one) and ``t0`` replaces
+    it beyond ``limit`` (kept as it is without ``t0``). Returns (tangent, the rejected
+    tangent's angle to what replaced it [rad], or None when ``t`` is kept)."""
     chord = np.asarray(z, dtype=float) - np.asarray(z0, dtype=float)
     length = float(np.linalg.norm(chord))
     if not length > 0 or length < min_chord:
-        return t, None
+        if t0 is None:
+            return t, None
+        angle = float(np.arccos(np.clip(float(t0 @ t), -1.0, 1.0)))
+        return (t, None) if angle <= limit else (np.array(t0, dtype=float), angle)
     chord = chord / length
     angle = float(np.arccos(np.clip(float(chord @ t), -1.0, 1.0)))
     if angle <= limit:
@@ -396,14 +402,16 @@ class HybridArclength:
             self.e = e0
         z, e, num, J, its = res
         t, bent = chord_checked_tangent(z0, z, bordered_tangent(J, tz0), self.s.tangent_chord_limit,
-                                        self.s.tangent_chord_min)
+                                        self.s.tangent_chord_min, tz0)
         fold = self._fold(z0, tz0, z, t)
         step = self.h
         self.z, self.t, self.e = z, t, e
         factor, note = self._step_factor(tz0, t)
         if bent is not None:
             note += (f"; the measured tangent was {np.degrees(bent):.0f} deg from the chord of the step"
-                     " (a Jacobian bent by the noise): the chord taken as the tangent")
+                     " (a Jacobian bent by the noise): the chord taken as the tangent" if float(np.linalg.norm(z - z0)) >= self.s.tangent_chord_min else
+                     f"; the measured tangent turned {np.degrees(bent):.0f} deg over a step too short to turn it"
+                     " (a Jacobian bent by the noise): the previous tangent kept")
         self.h = float(np.clip(self.h * factor, self.s.min_step, self.s.max_step))
         f = num.frequency_hz
         if f < self.lo or f > self.hi:
