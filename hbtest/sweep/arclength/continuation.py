@@ -401,23 +401,32 @@ class HybridArclength:
             self._measure_jacobian(num0, e0, history)
             self.e = e0
         z, e, num, J, its = res
-        t, bent = chord_checked_tangent(z0, z, bordered_tangent(J, tz0), self.s.tangent_chord_limit,
-                                        self.s.tangent_chord_min, tz0)
+        t, bent_note = self._tangent(z0, tz0, z, J)
         fold = self._fold(z0, tz0, z, t)
         step = self.h
         self.z, self.t, self.e = z, t, e
         factor, note = self._step_factor(tz0, t)
-        if bent is not None:
-            note += (f"; the measured tangent was {np.degrees(bent):.0f} deg from the chord of the step"
-                     " (a Jacobian bent by the noise): the chord taken as the tangent" if float(np.linalg.norm(z - z0)) >= self.s.tangent_chord_min else
-                     f"; the measured tangent turned {np.degrees(bent):.0f} deg over a step too short to turn it"
-                     " (a Jacobian bent by the noise): the previous tangent kept")
+        note += bent_note
         self.h = float(np.clip(self.h * factor, self.s.min_step, self.s.max_step))
         f = num.frequency_hz
         if f < self.lo or f > self.hi:
             self.finished = True
         out = self._outcome(f, e, True, its, history, t0, "converged", "converged" + note)
         return TracedPoint(out, z.copy(), t.copy(), step, fold, self.last_error)
+
+    def _tangent(self, z0: np.ndarray, t0: np.ndarray, z: np.ndarray, J: np.ndarray) -> tuple[np.ndarray, str]:
+        """The unit tangent at the new point ``z`` (Jacobian ``J``), reached from ``z0`` with
+        tangent ``t0``: the measured one checked against the chord or the previous tangent
+        (:func:`chord_checked_tangent`), and a note for the point's record when replaced."""
+        t, bent = chord_checked_tangent(z0, z, bordered_tangent(J, t0), self.s.tangent_chord_limit,
+                                        self.s.tangent_chord_min, t0)
+        if bent is None:
+            return t, ""
+        if float(np.linalg.norm(z - z0)) >= self.s.tangent_chord_min:
+            return t, (f"; the measured tangent was {np.degrees(bent):.0f} deg from the chord of the step"
+                       " (a Jacobian bent by the noise): the chord taken as the tangent")
+        return t, (f"; the measured tangent turned {np.degrees(bent):.0f} deg over a step too short to turn it"
+                   " (a Jacobian bent by the noise): the previous tangent kept")
 
     def _step_factor(self, t0: np.ndarray, t: np.ndarray) -> tuple[float, str]:
         """The next step over this one, and a note for the point's record: the step that
