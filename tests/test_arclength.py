@@ -30,7 +30,7 @@ from hbtest.errors import ConfigError, UserError  # noqa: E402
 from hbtest.events import PointFinished  # noqa: E402
 from hbtest.numerical.continuation import bordered_step, bordered_tangent  # noqa: E402
 from hbtest.store import RunStore, open_run  # noqa: E402
-from hbtest.sweep.arclength import CONTINUATIONS, ArclengthSettings, hermite_extremum  # noqa: E402
+from hbtest.sweep.arclength import CONTINUATIONS, ArclengthSettings, chord_checked_tangent, hermite_extremum  # noqa: E402
 from hbtest.sweep.arclength.reference import curve_errors as reference_errors  # noqa: E402
 from hbtest.sweep.arclength.reference import nearest_on_curve  # noqa: E402
 from hbtest.sweep.arclength.runner import settings_from  # noqa: E402
@@ -76,16 +76,50 @@ def test_hermite_extremum_is_exact_for_a_cubic(ds, x_star, f0, a):
     assert hermite_extremum(f(0), f(ds), df(0), df(ds), ds) == pytest.approx(f(s_star), rel=1e-9, abs=1e-12)
 
 
+@settings(max_examples=50, deadline=None)
+@given(st.floats(0.1, 3.0), st.floats(-math.pi, math.pi), st.floats(0.01, 0.5), st.floats(0.6, 2.0))
+def test_chord_check_keeps_a_curve_tangent_and_replaces_a_bent_one(radius, angle, turn, bend):
+    """On a circle, the exact tangent at the end of an arc that turns by ``turn`` (<= 0.5 rad)
+    is ``turn / 2`` from the chord: kept under the limit of 0.5 rad; a tangent bent by
+    ``bend`` (> the limit) away from the chord is replaced by the unit chord, and the angle it
+    had is returned; a chord shorter than ``min_chord`` is not used: the previous tangent is
+    the reference then."""
+    def on(a):
+        return radius * np.array([math.cos(a), math.sin(a)])
+
+    z0, z = on(angle), on(angle + turn)
+    t = np.array([-math.sin(angle + turn), math.cos(angle + turn)])
+    kept, bent = chord_checked_tangent(z0, z, t, 0.5)
+    assert bent is None and kept is t
+    chord = (z - z0) / np.linalg.norm(z - z0)
+    assert math.acos(np.clip(chord @ t, -1, 1)) == pytest.approx(turn / 2, rel=1e-6, abs=1e-9)
+    c, s_ = math.cos(bend), math.sin(bend)
+    off = np.array([c * chord[0] - s_ * chord[1], s_ * chord[0] + c * chord[1]])  # the chord turned by bend
+    taken, bent = chord_checked_tangent(z0, z, off, 0.5)
+    assert bent == pytest.approx(bend, rel=1e-6) and np.allclose(taken, chord, atol=1e-12)
+    assert np.linalg.norm(taken) == pytest.approx(1.0, rel=1e-12)
+    # a chord shorter than min_chord is no evidence: without the previous tangent the bent
+    # one is kept; with it, the previous one replaces a turn beyond the limit, not the curve's
+    short = float(np.linalg.norm(z - z0))
+    kept, bent = chord_checked_tangent(z0, z, off, 0.5, min_chord=1.01 * short)
+    assert bent is None and kept is off
+    t_prev = np.array([-math.sin(angle), math.cos(angle)])
+    kept, bent = chord_checked_tangent(z0, z, t, 0.5, 1.01 * short, t_prev)
+    assert bent is None and kept is t
+    taken, bent = chord_checked_tangent(z0, z, off, 0.5, 1.01 * short, t_prev)
+    assert np.allclose(taken, t_prev, atol=0) and bent == pytest.approx(math.acos(np.clip(t_prev @ off, -1, 1)), rel=1e-12)
+
+
 # -- configuration ----------------------------------------------------------------------------
 
 def test_config_default_is_stepped_and_the_cubic_sweep_traces_by_arclength():
     cfg = load_sweep(REPO / "sweeps" / "paper-cantilever.toml")
     assert cfg.sweep.continuation == "stepped" and "stepped" in CONTINUATIONS
     cub = load_sweep(CUBIC)
-    assert cub.sweep.continuation == "arclength" and cub.sweep.max_points == 800
+    assert cub.sweep.continuation == "arclength" and cub.sweep.max_points == 200
     s = settings_from(cub)
     d = ArclengthSettings()
-    assert (s.initial_step, s.min_step, s.max_step, s.max_points) == (d.initial_step, d.min_step, d.max_step, 800)
+    assert (s.initial_step, s.min_step, s.max_step, s.max_points) == (d.initial_step, d.min_step, d.max_step, 200)
 
 
 @pytest.mark.parametrize("override, key", [

@@ -24,14 +24,14 @@ from hbtest.sweep.runner import exit_code, run  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("twin", ["virtual-cantilever-harsh-mains.toml", pytest.param("virtual-cantilever.toml", marks=pytest.mark.xfail(
-    strict=True, reason="issue 41: stalls at 19.262 Hz on the unstable branch (seed 1), the curvature step follows noisy tangents"))])
+@pytest.mark.parametrize("twin", ["virtual-cantilever-harsh-mains.toml", "virtual-cantilever.toml"])
 def test_arclength_trace_passes_both_folds_within_the_acceptance(tmp_path, twin):
     # on the pre-calibration twin (harsh mains: no demand scatter, 4x lower laser noise), where
     # this acceptance was set, and on the lab-calibrated reference twin with its demand scatter
-    # (issue 41: the corrector stalled at the second point before the path pool; with it, seed 1,
-    # 100 points converged within 0.67 % of the exact curve, upper fold 19.5294 Hz against 19.5297 Hz,
-    # then a stall at 19.262 Hz on the unstable branch (steps shrunk by noisy tangents): xfail).
+    # (issue 41: the corrector stalled at the second point before the path pool; with it, seed 1:
+    # 97 points, 0 non-converged, within 0.47 % of the exact curve, folds 19.535 / 19.060 Hz against
+    # 19.5297 / 19.0586 Hz: benchmarks/nonlinear.py --seeds 1 --twins reference --paths arclength
+    # --set sweep.max_points=200; seeds 3 and 4 still stall near the upper fold, docs/sweeps.md).
     # Issue 41's acceptance: both folds,
     # every point converged, within 1 % of the exact curve, folds within 0.2 % (0.1 % asserted on
     # the twin without scatter, as before), at most 200 slots

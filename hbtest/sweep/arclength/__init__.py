@@ -5,10 +5,10 @@ in :mod:`hbtest.sweep.arclength.settings`; the sweep's path (:mod:`hbtest.sweep.
 the joined structure's exact reference for comparisons (:mod:`hbtest.sweep.arclength.reference`).
 """
 
-from .continuation import HybridArclength, TracedPoint, hermite_extremum
+from .continuation import HybridArclength, TracedPoint, chord_checked_tangent, hermite_extremum
 from .reference import joined_structure, nearest_on_curve, reference_on_branch
 from .runner import settings_from, trace_into_store
 from .settings import CONTINUATIONS, DEFAULT_MAX_POINTS, ArclengthSettings
 
-__all__ = ["HybridArclength", "TracedPoint", "hermite_extremum", "ArclengthSettings", "CONTINUATIONS", "DEFAULT_MAX_POINTS",
+__all__ = ["HybridArclength", "TracedPoint", "chord_checked_tangent", "hermite_extremum", "ArclengthSettings", "CONTINUATIONS", "DEFAULT_MAX_POINTS",
            "joined_structure", "nearest_on_curve", "reference_on_branch", "settings_from", "trace_into_store"]

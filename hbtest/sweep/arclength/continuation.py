@@ -69,7 +69,11 @@ tangent over the last step (the curvature of the traced branch times the step), 
 ``[min_factor, max_factor]`` and ``[min_step, max_step]`` — dense at the folds, sparse on
 the flanks. A corrector that fails within ``max_corrector_iterations`` halves the step and
 re-measures the rig Jacobian at the last point (its evaluations join the pool); below
-``min_step`` the trace stops (stalled).
+``min_step`` the trace stops (stalled). The tangent at a new point is the null vector of its
+measured Jacobian unless it is more than ``tangent_chord_limit`` from the chord of the step
+that reached it (a chord of at least ``tangent_chord_min``) (:func:`chord_checked_tangent`: a Jacobian the noise bent, on a curve that
+turns about ``turn_angle`` a step): then the chord is the tangent, and the point's record
+says so.
 Folds: where ``df/ds`` (the tangent's frequency component) changes sign and stays changed for
 ``fold_confirm_points`` points while the trace goes back by ``fold_retreat`` of the band (a
 measured tangent flickers near a fold); the fold frequency is
@@ -92,7 +96,7 @@ from ...point import HbtestCarry, HbtestProfile, NumericalSide, PointLoop, Point
 from ...point.base import PoolingProfile
 from .settings import ArclengthSettings
 
-__all__ = ["HybridArclength", "TracedPoint", "hermite_extremum"]
+__all__ = ["HybridArclength", "TracedPoint", "chord_checked_tangent", "hermite_extremum"]
 
 #: each evaluation settles to this fraction of the residual level the point needs: the hbtest
 #: profile's own constant (one declaration)
@@ -134,6 +138,32 @@ def hermite_extremum(f0: float, f1: float, d0: float, d1: float, ds: float) -> f
     x = min(x, key=lambda v: abs(v - d0 / (d0 - d1)))
     h00, h10, h01, h11 = 2 * x**3 - 3 * x**2 + 1, x**3 - 2 * x**2 + x, -2 * x**3 + 3 * x**2, x**3 - x**2
     return float(h00 * f0 + h10 * a + h01 * f1 + h11 * b)
+
+
+def chord_checked_tangent(z0: np.ndarray, z: np.ndarray, t: np.ndarray, limit: float,
+                          min_chord: float = 0.0, t0: np.ndarray | None = None) -> tuple[np.ndarray, float | None]:
+    """The tangent at ``z`` (unit ``t``, from the measured Jacobian) checked against the chord
+    from the previous point ``z0`` (scaled coordinates): on a smooth curve the two differ by
+    about half the turn of the step, which the step control keeps near ``turn_angle``; a
+    tangent more than ``limit`` [rad] from the chord comes from a Jacobian the noise bent,
+    not from the curve, and the unit chord replaces it. A chord shorter than ``min_chord`` is
+    no evidence (the points' own position noise turns it): ``t`` is checked against the
+    previous tangent ``t0`` instead (a curve that turns ``turn_angle`` over steps of about
+    ``min_chord`` and more does not turn by ``limit`` over a shorter one) and ``t0`` replaces
+    it beyond ``limit`` (kept as it is without ``t0``). Returns (tangent, the rejected
+    tangent's angle to what replaced it [rad], or None when ``t`` is kept)."""
+    chord = np.asarray(z, dtype=float) - np.asarray(z0, dtype=float)
+    length = float(np.linalg.norm(chord))
+    if not length > 0 or length < min_chord:
+        if t0 is None:
+            return t, None
+        angle = float(np.arccos(np.clip(float(t0 @ t), -1.0, 1.0)))
+        return (t, None) if angle <= limit else (np.array(t0, dtype=float), angle)
+    chord = chord / length
+    angle = float(np.arccos(np.clip(float(chord @ t), -1.0, 1.0)))
+    if angle <= limit:
+        return t, None
+    return chord, angle
 
 
 class HybridArclength:
@@ -371,17 +401,32 @@ class HybridArclength:
             self._measure_jacobian(num0, e0, history)
             self.e = e0
         z, e, num, J, its = res
-        t = bordered_tangent(J, tz0)
+        t, bent_note = self._tangent(z0, tz0, z, J)
         fold = self._fold(z0, tz0, z, t)
         step = self.h
         self.z, self.t, self.e = z, t, e
         factor, note = self._step_factor(tz0, t)
+        note += bent_note
         self.h = float(np.clip(self.h * factor, self.s.min_step, self.s.max_step))
         f = num.frequency_hz
         if f < self.lo or f > self.hi:
             self.finished = True
         out = self._outcome(f, e, True, its, history, t0, "converged", "converged" + note)
         return TracedPoint(out, z.copy(), t.copy(), step, fold, self.last_error)
+
+    def _tangent(self, z0: np.ndarray, t0: np.ndarray, z: np.ndarray, J: np.ndarray) -> tuple[np.ndarray, str]:
+        """The unit tangent at the new point ``z`` (Jacobian ``J``), reached from ``z0`` with
+        tangent ``t0``: the measured one checked against the chord or the previous tangent
+        (:func:`chord_checked_tangent`), and a note for the point's record when replaced."""
+        t, bent = chord_checked_tangent(z0, z, bordered_tangent(J, t0), self.s.tangent_chord_limit,
+                                        self.s.tangent_chord_min, t0)
+        if bent is None:
+            return t, ""
+        if float(np.linalg.norm(z - z0)) >= self.s.tangent_chord_min:
+            return t, (f"; the measured tangent was {np.degrees(bent):.0f} deg from the chord of the step"
+                       " (a Jacobian bent by the noise): the chord taken as the tangent")
+        return t, (f"; the measured tangent turned {np.degrees(bent):.0f} deg over a step too short to turn it"
+                   " (a Jacobian bent by the noise): the previous tangent kept")
 
     def _step_factor(self, t0: np.ndarray, t: np.ndarray) -> tuple[float, str]:
         """The next step over this one, and a note for the point's record: the step that

@@ -66,7 +66,20 @@ class ArclengthSettings:
       ``pool_prior_fraction`` of the largest entry of each row (the point profile's 0.3:
       the pool holds 10-24 evaluations against 5 coordinates, the data fit the Jacobian; a
       corrector's own at most 8 evaluations needed 0.03 and could not estimate a scatter).
-      Without a pooling profile the last evaluation is used alone."""
+      Without a pooling profile the last evaluation is used alone;
+    - ``tangent_chord_limit``: the tangent at a new point (the null vector of the measured
+      Jacobian) may differ from the chord of the step that reached it by at most this [rad];
+      beyond, the chord is the tangent (predictor, fold test, next turn): on a smooth curve the
+      two differ by about half the step's turn (``turn_angle`` / 2 where the step control
+      holds), and the reference twin's seed 2 turned a tangent by 64 deg on the flank at
+      17.28 Hz (df/ds 0.98 to 0.39, the curve's turn a few degrees): the next corrector halved
+      its step to the minimum along it and stalled (issue 41). 0.5 rad: twice ``turn_angle``;
+    - ``tangent_chord_min``: a chord shorter than this (scaled) is not used against the
+      tangent: a converged point's position is uncertain by about ``test.accuracy`` of its
+      state (about 1e-3 scaled here), which turns a chord of 1e-2 by up to about 0.2 rad; with
+      every chord used, the reference twin's seed 3 took a chord of 4e-4 (128 deg from the
+      measured tangent) near the upper fold, turned back and stalled at 19.43 Hz.
+      The initial step, 1e-2."""
 
     initial_step: float = 0.01
     min_step: float = 1e-4
@@ -85,3 +98,5 @@ class ArclengthSettings:
     pool_radius: float = 1.5
     pool_max: int = 24
     turn_angle: float = 0.25
+    tangent_chord_limit: float = 0.5
+    tangent_chord_min: float = 1e-2
