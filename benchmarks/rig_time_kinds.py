@@ -16,7 +16,7 @@ per kind the worst over sweeps and seeds; last line ``worst_kind_rig_time_ratio=
 largest ratio of any kind, sweep and seed run).
 
     python benchmarks/rig_time_kinds.py [--sweeps paper,bare] [--seeds 1,2,3,4] [--points 31]
-                                        [--kinds box,helic,scpi,redpitaya]
+                                        [--kinds box,helic,scpi,redpitaya] [--keep FOLDER]
 
 The scpi and redpitaya servers run in real time (a sweep's rig time in wall time); box and helic
 advance their clock by command. Run a subset on a shared machine (``nice``).
@@ -99,12 +99,14 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2,3,4")
     ap.add_argument("--points", type=int, default=31)
     ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--keep", type=Path, help="keep the stores and identification records in this folder")
     a = ap.parse_args()
     kinds = [k for k in a.kinds.split(",") if k]
     worst: dict[str, float] = {}
     failures = 0
     with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = Path(tmp_name)
+        tmp = a.keep or Path(tmp_name)
+        tmp.mkdir(parents=True, exist_ok=True)
         for name in a.sweeps.split(","):
             sweep_file = SWEEPS[name]
             for seed in (int(s) for s in a.seeds.split(",")):

@@ -15,11 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hbtest.method import harmonics
 from hbtest.config import load_rig
 from hbtest.errors import ConfigError
-from hbtest.rig import ChannelCoefficients
-from hbtest.rig.virtual import VirtualRig
+from hbtest.method import harmonics
 from hbtest.method.sensors import (
     ChannelSpec,
     SensorLayout,
@@ -32,6 +30,8 @@ from hbtest.method.sensors import (
     measure_interface_from_coefficients,
     moment_line,
 )
+from hbtest.rig import ChannelCoefficients
+from hbtest.rig.virtual import VirtualRig
 
 ROOT = Path(__file__).resolve().parents[1]
 RIG = ROOT / "instruments" / "virtual-cantilever.toml"
@@ -268,6 +268,29 @@ def test_layout_round_trips_through_json():
     assert SensorLayout.from_dict(json.dumps(tab.to_dict())) == tab
     bare = SensorLayout(0.03, (0.005, 0.02), 50.0, 1.0, 1.0, 1e-3)  # geometry only, no channels
     assert SensorLayout.from_dict(json.dumps(bare.to_dict())) == bare
+
+
+def test_a_sensors_own_full_scale_is_read_stored_only_when_given_and_counts_as_clipped():
+    """``full_scale_v``: a laser saturating at +/-10 V inside a +/-12 V digitiser. Read from the
+    file, kept through the store's JSON layout (and absent from it when not given, so a file
+    without it stores the layout it stored before); a record reaching 99.9 % of it is clipped
+    on either sign, one a step below is not, and a channel without one is not judged."""
+    from hbtest.rig.safety import ADC_FULL_SCALE_FRACTION, sensor_overrange_channels
+
+    scpi = load_rig(ROOT / "instruments" / "scpi-loopback.toml").sensors
+    assert [c.full_scale_v for c in scpi.channels] == [10.0] * 4
+    assert SensorLayout.from_dict(json.dumps(scpi.to_dict())) == scpi
+    twin = load_rig(RIG).sensors
+    assert all(c.full_scale_v is None for c in twin.channels)
+    assert all("full_scale_v" not in c for c in twin.to_dict()["channels"])
+    edge = ADC_FULL_SCALE_FRACTION * 10.0
+    below = np.nextafter(edge, 0.0)
+    data = {"l1": np.array([0.0, edge]), "l2": np.array([-edge, 1.0]), "g1": np.array([below, -below]), "g2": np.zeros(3)}
+    assert sensor_overrange_channels(data, scpi.channels) == ("l1", "l2")
+    assert sensor_overrange_channels(data, twin.channels) == ()
+    with pytest.raises(ConfigError) as e:
+        load_rig(RIG, text=TEXT.replace('name = "g2"', 'name = "g2"\nfull_scale_v = 0.0'))
+    assert e.value.key == "sensors.channels[3].full_scale_v"
 
 
 def test_skew_is_read_in_microseconds_and_enters_the_response():

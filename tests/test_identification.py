@@ -6,10 +6,11 @@ as a box, driven by the shipped ``instruments/box-loopback.toml`` (only its port
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
-from served import PAPER, frf_error, serve
+from served import PAPER, ROOT, frf_error, serve
 
 from hbtest.cli import main
 from hbtest.commands.design import identification_rig_time_s
@@ -76,6 +77,7 @@ def test_box_reuses_its_identification_and_measures_again_on_another_identity(tm
         ds = run(load_sweep(PAPER, sets), tmp_path / "s.zarr", plot=False).load()
         assert bool(ds.converged.all()) and frf_error(ds, sets).max() < 0.01
         assert record.read_bytes() == written  # reused, not measured again
+        assert json.loads(ds.attrs["identification"])["spent_s"] == 0.0  # the store names the record its fits used
     finally:
         assert first.stop() == 0
     second = serve("box", None, "--seed", "2")
@@ -89,3 +91,39 @@ def test_box_reuses_its_identification_and_measures_again_on_another_identity(tm
         assert doc["rig"]["instruments"]["idn"].split(",")[2].endswith("-s2")
     finally:
         assert second.stop() == 0
+
+
+def _lab_template(served) -> str:
+    """``instruments/lab-33500b-scope.toml`` with its instruments' addresses (documentation
+    addresses) put at the served bench's ports: the one edit a lab makes too."""
+    gen, scope = served.ports
+    text = (ROOT / "instruments" / "lab-33500b-scope.toml").read_text()
+    return (text.replace("TCPIP0::192.0.2.10::5025::SOCKET", f"TCPIP0::127.0.0.1::{gen}::SOCKET")
+            .replace("TCPIP0::192.0.2.11::5025::SOCKET", f"TCPIP0::127.0.0.1::{scope}::SOCKET"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, template", [("helic", "helic-loopback"), ("scpi", "lab-33500b-scope"),
+                                            ("redpitaya", "redpitaya-loopback")])
+def test_a_stored_identification_takes_the_sweep_through_the_transient_fit(tmp_path, kind, template):
+    """Each shipped template on its served twin (seed 1), unedited but for its addresses:
+    `hbtest rig identify` stores the record beside the rig file; a sweep then fits through the
+    transient with that record's modes, as the store says (its ``identification`` attribute:
+    the very record, no rig time spent measuring it again), the record is not rewritten, and
+    the points converge within 1 % of the exact structure."""
+    served = serve(kind, None, "--seed", "1")
+    try:
+        edit = (lambda _: _lab_template(served)) if template == "lab-33500b-scope" else (lambda t: t)
+        path = served.rig_file(tmp_path, edit, name=f"{template}.toml")
+        assert main(["rig", "identify", str(path)]) == 0
+        record = tmp_path / f"{template}.modes.json"
+        written = record.read_bytes()
+        sets = ["sweep.points=2", "sweep.start_hz=17.0", "sweep.stop_hz=17.2", f"rig='{path}'"]
+        ds = run(load_sweep(PAPER, sets), tmp_path / "s.zarr", plot=False).load()
+    finally:
+        assert served.stop() == 0
+    used = json.loads(ds.attrs["identification"])
+    assert used["spent_s"] == 0.0 and Path(used["record"]).resolve() == record.resolve()
+    assert used["modes"] == json.loads(written)["modes"] and used["rig"]["kind"] == kind
+    assert record.read_bytes() == written
+    assert bool(ds.converged.all()) and frf_error(ds, sets).max() < 0.01

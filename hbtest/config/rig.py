@@ -70,7 +70,8 @@ def read_sensors(sec: Section, calibrated: bool = True):
     of each. Published (legacy): channels named ``l1, l2, g1, g2`` placed by
     ``laser_spacing_mm`` (l1 at 0, l2 at the spacing) and ``gauge_positions_mm`` (g1, g2).
     Both: ``scale_per_v``, ``offset``, ``lowpass_hz``, ``lowpass_order``, ``lag_table``,
-    ``skew_us`` (the channel samples ``skew_us`` late; removed per harmonic).
+    ``skew_us`` (the channel samples ``skew_us`` late; removed per harmonic), ``full_scale_v``
+    (optional: the sensor's own output range, +/- V; a record reaching it counts as clipped).
     ``calibration`` (optional): a calibration record (JSON, :mod:`hbtest.calibration`) whose
     values replace the nominal ones for the reduction (``calibrated=False``: the nominal layout,
     the rig file's own values, which a rig kind may need — the twin simulates them)."""
@@ -156,6 +157,7 @@ def _read_channel(ch: Section, legacy_pos: dict[str, float] | None, names: set):
         lag_table=lag,
         position=position,
         skew=ch.number("skew_us", 0.0, scale=1e-6, min=-1e6, max=1e6),
+        full_scale_v=ch.number("full_scale_v", None, required=False, positive=True),
     )
 
 

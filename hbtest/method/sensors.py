@@ -82,7 +82,10 @@ class ChannelSpec:
     used instead of the filter model when given. ``position`` [m]: the channel's role — a
     laser's lever position along the clamp (it reads ``u + position theta``), a gauge's
     distance from the interface along the PS. ``skew`` [s]: the channel samples the signal at
-    ``t_n - skew`` (extra lag on top of the filter; may be negative)."""
+    ``t_n - skew`` (extra lag on top of the filter; may be negative). ``full_scale_v`` [V]:
+    the sensor's own output range (+/-; a laser's analogue output saturates there, whatever
+    the digitiser's range): a record reaching it is clipped (None: not known; the digitiser's
+    own full scale still applies)."""
 
     name: str
     kind: str  # "laser" | "strain_gauge"
@@ -94,6 +97,7 @@ class ChannelSpec:
     lag_table: tuple = ()
     position: float = 0.0
     skew: float = 0.0
+    full_scale_v: float | None = None
 
     def filter_response(self, frequency_hz: float) -> complex:
         """Complex response of the channel's filter (or lag table) alone at ``frequency_hz``."""
@@ -241,7 +245,7 @@ class SensorLayout:
         :meth:`from_dict`; ``json.dumps(layout.to_dict())`` is the store attribute)."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "channels"}
         d["gauge_positions"] = list(self.gauge_positions)
-        d["channels"] = [dict(asdict(c), lag_table=[list(r) for r in c.lag_table]) for c in self.channels]
+        d["channels"] = [_channel_dict(c) for c in self.channels]
         return d
 
     @classmethod
@@ -253,6 +257,15 @@ class SensorLayout:
         chans = tuple(ChannelSpec(**dict(c, lag_table=tuple(tuple(float(x) for x in r) for r in c.get("lag_table", ())))) for c in d.pop("channels", ()))
         d["gauge_positions"] = tuple(d.get("gauge_positions", ()))
         return cls(channels=chans, **d)
+
+
+def _channel_dict(c: ChannelSpec) -> dict:
+    """One channel of :meth:`SensorLayout.to_dict`; ``full_scale_v`` only when given (the
+    stored layout of a rig file without it is the one stored before the field existed)."""
+    d = dict(asdict(c), lag_table=[list(r) for r in c.lag_table])
+    if c.full_scale_v is None:
+        del d["full_scale_v"]
+    return d
 
 
 def lasers_to_motion(l1, l2, laser_spacing: float):

@@ -32,7 +32,7 @@ from ..method.sensors import (
 )
 from ..rig import ChannelCoefficients
 from ..rig.capabilities import DeviceAveraging, KnownModes
-from ..rig.safety import ADC_FULL_SCALE_FRACTION, overrange_channels
+from ..rig.safety import ADC_FULL_SCALE_FRACTION, overrange_channels, sensor_overrange_channels
 from .base import Carried, PointResult, get_profile
 from .numerical import NumericalSide
 
@@ -420,10 +420,12 @@ class PointLoop:
 
     def _overrange(self, records: list) -> tuple:
         """Channels clipped in any of the raw ``records``: reported by the instrument, or at
-        the ADC full scale (:func:`~hbtest.rig.safety.overrange_channels`), sorted."""
+        the ADC full scale (:func:`~hbtest.rig.safety.overrange_channels`), or at the sensor's own
+        output range (``full_scale_v``, :func:`~hbtest.rig.safety.sensor_overrange_channels`), sorted."""
         over: set = set()
         for a in records:
             over |= set(a.overrange) | set(overrange_channels(a.data, self.input_range))
+            over |= set(sensor_overrange_channels(a.data, self.layout.channels))
         return tuple(sorted(over))
 
     def _apply(self, f: float, V: np.ndarray):

@@ -160,6 +160,11 @@ class IdentifiedModes:
     identification_s: float | None = None
     identification: IdentificationRecord | None = None
 
+    @property
+    def identification_path(self) -> Path:
+        """Where the identification record is kept (``[identify] record``)."""
+        return self.config.identify.record  # type: ignore[attr-defined]
+
     def modes(self) -> np.ndarray:
         if self.identification is None:
             self.identification, self.identification_s = identify(self, self.config.identify)  # type: ignore[attr-defined]

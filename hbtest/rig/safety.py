@@ -46,6 +46,7 @@ __all__ = [
     "channel_window",
     "channel_violations",
     "overrange_channels",
+    "sensor_overrange_channels",
     "Trip",
     "Watchdog",
 ]
@@ -180,6 +181,15 @@ def overrange_channels(data: dict, input_range_v: float | None) -> tuple[str, ..
     if not input_range_v:
         return ()
     return tuple(n for n, x in data.items() if len(x) and float(np.max(np.abs(x))) >= ADC_FULL_SCALE_FRACTION * input_range_v)
+
+
+def sensor_overrange_channels(data: dict, channels) -> tuple[str, ...]:
+    """Channels whose record reached their sensor's own output range (``full_scale_v`` of a
+    :class:`~hbtest.method.sensors.ChannelSpec`; those without one are not judged here): a
+    laser whose analogue output saturates below the digitiser's range clips unseen by it."""
+    scale = {c.name: c.full_scale_v for c in channels if c.full_scale_v}
+    return tuple(n for n, x in data.items()
+                 if n in scale and len(x) and float(np.max(np.abs(x))) >= ADC_FULL_SCALE_FRACTION * scale[n])
 
 
 class Trip:

@@ -251,6 +251,20 @@ def _rig_counters(rig) -> dict:
     return {"rig_counters": json.dumps(rig.counters)} if isinstance(rig, _CountsRecords) else {}
 
 
+def _rig_identification(rig) -> dict:
+    """``identification`` (JSON) for the store's attributes when the point loop fitted through
+    the transient with modes from an identification record (a hardware kind's ``[identify]``,
+    :class:`~hbtest.rig.identification.IdentifiedModes`): the record the fits used, where it is
+    kept, and the rig time this run spent measuring it (0: reused from the file). The twin's
+    own modes need no record (no attribute)."""
+    from ..rig.identification import IdentifiedModes
+
+    if not isinstance(rig, IdentifiedModes) or rig.identification is None:
+        return {}
+    doc = dict(rig.identification.to_dict(), record=str(rig.identification_path), spent_s=float(rig.identification_s or 0.0))
+    return {"identification": json.dumps(doc)}
+
+
 class UnexpectedFault(UserError):
     """An exception hbtest did not expect stopped the run (its store is marked interrupted with
     the reason); the CLI prints one line and exits 3."""
@@ -360,7 +374,7 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
     finally:
         try:
             store.set_status(run.status, wall_seconds=round(time.monotonic() - t_wall, 3), stop_cause=run.cause,
-                             stop_message=run.reason, **_rig_counters(rig))
+                             stop_message=run.reason, **_rig_counters(rig), **_rig_identification(rig))
         except OSError:
             pass  # the disk refused even the status; the done flags still tell what is finished
     return run.status
