@@ -179,19 +179,25 @@ def store_meaning(path: Path) -> dict:
     u = frf_uncertainty(ds)
     H = np.asarray(u["H"].values, dtype=complex)
     return {"points": int(ds["done"].sum()), "converged": int(ds["converged"].sum()),
+            "converged_at": [bool(c) for c in np.asarray(ds["converged"].values).ravel()],
             "H": [[float(z.real), float(z.imag)] for z in H.ravel()],
             "u_H": [float(x) for x in np.asarray(u["u_H"].values).ravel()]}
 
 
 def meaning_differences(ours: dict, theirs: dict) -> list[str]:
     """Where two stores' meanings differ (empty: the same meaning): converged or written counts,
-    or an FRF value farther than MEANING_SIGMAS combined standard uncertainties from the other's."""
+    or an FRF value of a point converged in both farther than MEANING_SIGMAS combined standard
+    uncertainties from the other's (a non-converged point's value is wherever its iteration
+    stopped: another environment's last bits stop it elsewhere)."""
     out = [f"{k} {ours[k]} against {theirs[k]}" for k in ("points", "converged") if ours[k] != theirs[k]]
     if len(ours["H"]) != len(theirs["H"]):
         return out + [f"{len(ours['H'])} FRF values against {len(theirs['H'])}"]
     H1, H2 = (np.array([complex(*z) for z in m["H"]]) for m in (ours, theirs))
     sigma = np.hypot(ours["u_H"], theirs["u_H"])
-    far = np.flatnonzero(~(np.abs(H1 - H2) <= MEANING_SIGMAS * sigma))
+    # a point that did not converge states no FRF value: compared where both converged
+    both = np.logical_and(ours.get("converged_at", True), theirs.get("converged_at", True))
+    per_point = np.repeat(both, len(H1) // both.size) if both.ndim and both.size else np.ones(len(H1), bool)
+    far = np.flatnonzero(per_point & ~(np.abs(H1 - H2) <= MEANING_SIGMAS * sigma))
     return out + [f"FRF value {i}: {abs(H1[i] - H2[i]) / sigma[i]:.2f} combined sigmas apart" for i in far]
 
 
