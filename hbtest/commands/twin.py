@@ -135,18 +135,26 @@ def _make(args) -> int:
     meta = {"rigfile": args.rigfile, "clamp_damping": (tcfg.spec.clamp.support_damping, tcfg.spec.clamp.rotational_damping), "template": str(tpath), "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "rig_time_s": record["rig_time_s"]["total"], "drift": (nz.mains_drift_hz, nz.mains_drift_period_s, str(tpath)),
             "input_range_v": record["quiet"].get("input_range_v") or nz.adc_range_v, "seed": tcfg.spec.seed}
-    text = twin_text(Path(args.rigfile).read_text(), tpath.read_text(), cfg, params, quantities, meta)
+    _write_twin(out, twin_text(Path(args.rigfile).read_text(), tpath.read_text(), cfg, params, quantities, meta), args.rigfile)
+    rec_path.write_text(json.dumps({"meta": meta, "record": record, "quantities": [q.__dict__ for q in quantities]}, indent=1))
+    _report(quantities, record["rig_time_s"], out, rec_path)
+    return 0
+
+
+def _write_twin(out: Path, text: str, source: str) -> None:
+    """``text`` to ``out`` once it parses as a rig file (written beside, then swapped in: an
+    existing twin is replaced only by a valid one); ``source``: what it was fitted from."""
+    from ..config import load_rig
+    from ..errors import UserError
+
     tmp = out.with_name(out.name + ".partial")
     tmp.write_text(text)
     try:
         load_rig(tmp)
     except UserError as e:
         tmp.unlink()
-        raise UserError(f"the twin written from {args.rigfile} does not parse: {e}") from None
+        raise UserError(f"the twin written from {source} does not parse: {e}") from None
     tmp.replace(out)
-    rec_path.write_text(json.dumps({"meta": meta, "record": record, "quantities": [q.__dict__ for q in quantities]}, indent=1))
-    _report(quantities, record["rig_time_s"], out, rec_path)
-    return 0
 
 
 def _report(quantities, rig_time: dict, out: Path, rec: Path) -> None:
@@ -185,7 +193,6 @@ def _make_from_streams(args) -> int:
     from datetime import datetime, timezone
 
     from ..config import load_rig
-    from ..errors import UserError
     from ..twin.streams import fit_records
     from ..twin.write import stream_twin_text
     from .render import printer
@@ -198,14 +205,7 @@ def _make_from_streams(args) -> int:
     nz = tcfg.spec.noise
     meta = {"records": args.records, "template": str(tpath), "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "points": lab["points"], "drift": (nz.mains_drift_hz, nz.mains_drift_period_s, str(tpath))}
-    tmp = out.with_name(out.name + ".partial")
-    tmp.write_text(stream_twin_text(tpath.read_text(), values, lab, meta))
-    try:
-        load_rig(tmp)
-    except UserError as e:
-        tmp.unlink()
-        raise UserError(f"the twin written from {args.records} does not parse: {e}") from None
-    tmp.replace(out)
+    _write_twin(out, stream_twin_text(tpath.read_text(), values, lab, meta), args.records)
     rec_path.write_text(json.dumps(doc, indent=1) + "\n")
     u = values["u"]
     for key in ("gauge_rms_microstrain", "laser_rms_um", "mains_amplitude_microstrain", "mains_frequency_hz"):
