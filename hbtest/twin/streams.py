@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..events import Notice
-from ..rig.virtual.noisefit import BAND_HZ, band_density, gauge_strain_map, line_fit, mains_frequency
+from ..rig.virtual.noisefit import BAND_HZ, band_density, fit_residual, gauge_strain_map, line_fit, mains_frequency
 
 __all__ = ["open_records", "usable_points", "point_statistics", "summarise", "twin_values", "read_noise", "median_u",
            "rig_statistics", "LAB_FILE", "LAB_SOURCE"]
@@ -94,17 +94,11 @@ def stream(d, p) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return st[:6], phi, np.arange(L) / fs
 
 
-def _residual(y, phi, t) -> np.ndarray:
-    cols = [np.ones_like(t)] + [g(k * phi) for k in range(1, 9) for g in (np.sin, np.cos)]
-    cols += [g(2 * np.pi * h * NOMINAL_MAINS_HZ * t) for h in MULTIPLES for g in (np.sin, np.cos)]
-    A = np.stack(cols, 1)
-    return y - A @ np.linalg.lstsq(A, y, rcond=None)[0]
-
-
 def one_stream(y, phi, t) -> dict:
     """The statistics of one record ``y`` (6, N) in in1..in6 order (module docstring)."""
     lines, rms = line_fit(y, phi, t, NOMINAL_MAINS_HZ, MULTIPLES)
-    corr = {k: float(np.corrcoef(_residual(y[a], phi, t), _residual(y[b], phi, t))[0, 1]) for k, (a, b) in PAIRS.items()}
+    res = {i: fit_residual(y[i], phi, t, NOMINAL_MAINS_HZ, MULTIPLES) for pair in PAIRS.values() for i in pair}
+    corr = {k: float(np.corrcoef(res[a], res[b])[0, 1]) for k, (a, b) in PAIRS.items()}
     return {"lines": lines, "rms": rms, "density": band_density(y, phi, t, BAND_HZ, NOMINAL_MAINS_HZ, MULTIPLES),
             "mains_hz": mains_frequency(y[0], phi, t, step=0.01, hi=50.3), "correlation": corr}
 
@@ -119,7 +113,12 @@ def point_statistics(d, points=None, progress=None) -> dict:
         per.append(one_stream(*stream(d, p)))
         if progress is not None and ((i + 1) % 25 == 0 or i + 1 == pts.size):
             progress(Notice(f"twin: {i + 1}/{pts.size} streams fitted"))
-    return {"points": pts, "lines": np.array([s["lines"] for s in per]), "rms": np.array([s["rms"] for s in per]),
+    return _stacked(pts, per)
+
+
+def _stacked(points, per: list) -> dict:
+    """The per-stream statistics of :func:`one_stream` as arrays over ``points``."""
+    return {"points": points, "lines": np.array([s["lines"] for s in per]), "rms": np.array([s["rms"] for s in per]),
             "mains_hz": np.array([s["mains_hz"] for s in per]), "density": np.array([s["density"] for s in per]),
             "correlation": {k: np.array([s["correlation"][k] for s in per]) for k in PAIRS}}
 
@@ -221,9 +220,9 @@ def twin_values(summary: dict, cfg, rig_name: str) -> dict:
     rl = summary["broadband_correlation"]["in5_in6"]["median"]
     Ll = np.linalg.cholesky(np.array([[l1**2, rl * l1 * l2], [rl * l1 * l2, l2**2]]))
     l_rms = max(l1, l2)
-    rel_u = lambda key, i=None: (ch[key][f"{i}_u"] / ch[key][i]) if isinstance(i, str) else 0.0  # noqa: E731
-    gauge_u = max(rel_u("in1", "broadband_rms_median"), rel_u("in2", "broadband_rms_median"))
-    laser_u = rel_u("in5" if l1 >= l2 else "in6", "broadband_rms_median")
+    rms_u = {c: ch[c]["broadband_rms_median_u"] / ch[c]["broadband_rms_median"] for c in ("in1", "in2", "in5", "in6")}  # relative
+    gauge_u = max(rms_u["in1"], rms_u["in2"])
+    laser_u = rms_u["in5" if l1 >= l2 else "in6"]
     line_u = max(ch[c]["mains_amplitude_median_u"][0] / ch[c]["mains_amplitude_median"][0] for c in ("in1", "in2"))
     return {
         "rig": rig_name, "sample_rate_hz": fs_twin,
@@ -316,9 +315,7 @@ def rig_statistics(rig, frequencies, spacing_s: float = 0.0, progress=None) -> d
         per.append(s)
         if progress is not None:
             progress(Notice(f"twin: {i + 1}/{len(frequencies)} records at {f:g} Hz"))
-    return {"points": np.arange(len(per)), "lines": np.array([s["lines"] for s in per]), "rms": np.array([s["rms"] for s in per]),
-            "mains_hz": np.array([s["mains_hz"] for s in per]), "density": np.array([s["density"] for s in per]),
-            "correlation": {k: np.array([s["correlation"][k] for s in per]) for k in PAIRS}}
+    return _stacked(np.arange(len(per)), per)
 
 
 #: the lines compared between twin and lab: the gauges' 50, 150, 250 Hz (multiples with a stable

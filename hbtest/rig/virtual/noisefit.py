@@ -67,6 +67,12 @@ def _fit(y, phi, t, mains_hz, multiples, orders):
     return A, n_forcing, coef, y.T - A @ coef
 
 
+def fit_residual(y: np.ndarray, phi: np.ndarray, t: np.ndarray, mains_hz: float = 50.0, multiples=(1, 2, 3, 4, 5),
+                 orders: int = 8) -> np.ndarray:
+    """What :func:`line_fit`'s model leaves of the stream ``y`` (N,): the broadband residual (N,)."""
+    return _fit(y, phi, t, mains_hz, multiples, orders)[3][:, 0]
+
+
 def line_fit(
     y: np.ndarray, phi: np.ndarray, t: np.ndarray, mains_hz: float = 50.0, multiples=(1, 2, 3, 4, 5), orders: int = 8
 ):
