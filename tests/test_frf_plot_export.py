@@ -348,8 +348,13 @@ def test_bode_band_is_two_standard_uncertainties(run31):
     y = bands[0].get_paths()[0].vertices[:, 1]
     assert y.max() == pytest.approx(np.max(mag + BAND_FACTOR * um), rel=1e-9)
     assert y.min() == pytest.approx(np.min(mag - BAND_FACTOR * um), rel=1e-9)
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    (legend,) = fig.legends  # the figure's, beneath the panels: it covers no measured point
+    labels = [t.get_text() for t in legend.get_texts()]
     assert any(lab.startswith(f"±{BAND_FACTOR:g}σ band") for lab in labels)
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)
+    box = legend.get_window_extent(renderer)
+    assert not any(box.overlaps(a.get_window_extent(renderer)) for a in fig.axes)
 
 
 def test_the_dense_exact_curve_is_the_stored_reference_at_the_points_and_peaks_between_them(tmp_path):

@@ -171,7 +171,8 @@ def bode_figure(ds, harmonic: int = 1):
         axes[0, 0].text(0.5, 0.5, "no finished points", transform=axes[0, 0].transAxes, ha="center")
     handles, labs = axes[0, 0].get_legend_handles_labels()
     if handles:
-        axes[0, 0].legend(fontsize=8, loc="lower right")  # the resonance peak sits top middle
+        # beneath the panels: inside one, it covers measured points wherever the band puts them
+        fig.legend(handles, labs, fontsize=8, loc="outside lower center", ncols=min(len(handles), 3))
     fig.suptitle(f"{_title(ds)}\ninterface FRFs (harmonic {harmonic}), {int(done.sum())}/{done.size} points, {int(conv.sum())} converged", fontsize=10)
     return fig
 
