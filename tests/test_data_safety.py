@@ -297,6 +297,39 @@ def test_disk_full_mid_run_exits_4_and_resume_finishes(tmp_path, capsys, monkeyp
     assert attrs(store)["status"] == "completed" and RunStore.open(store).done().all()
 
 
+@pytest.mark.parametrize("failing", [1, 2])
+def test_disk_full_on_the_writer_thread_names_its_point(tmp_path, capsys, monkeypatch, failing):
+    """A sweep's points are written on the store's writer thread (RunStore.writing_behind):
+    a write failing there (slot 1: seen when point 2 is handed over; slot 2, the last: seen on
+    leaving) gives the same one line, exit 4, the store interrupted with the stop message
+    naming that point and its frequency, the points before it done and none after, and resume
+    finishes it."""
+    from hbtest.store import slots
+
+    store = tmp_path / "full.zarr"
+    original = slots.SlotWriter._write
+
+    async def full_disk(self, index, values, flag):
+        if index == failing and flag == "done":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return await original(self, index, values, flag)
+
+    monkeypatch.setattr(slots.SlotWriter, "_write", full_disk)
+    rc, _, err = cli(capsys, "sweep", SWEEP, "--store", store, *SHORT)
+    monkeypatch.undo()
+    line = one_line(err)
+    f = RunStore.open(store).frequencies_hz[failing]
+    assert rc == 4, line
+    assert str(store) in line and "No space left on device" in line, line
+    a = attrs(store)
+    assert a["status"] == "interrupted" and a["stop_cause"] == "store", a
+    assert f"cannot write point {failing} ({f:g} Hz)" in a["stop_message"], a["stop_message"]
+    assert RunStore.open(store).done().tolist() == [i < failing for i in range(3)]
+    rc, _, err = cli(capsys, "resume", store, "--no-plot")
+    assert rc == 0, err
+    assert attrs(store)["status"] == "completed" and RunStore.open(store).done().all()
+
+
 # -- 6. exit status tells the truth -----------------------------------------------------------------
 
 

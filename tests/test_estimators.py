@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from hbtest.method import harmonics
 from hbtest.config import load_rig, load_sweep
-from hbtest.method.estimators import fit_through_transient, pool_affine, relevant_modes
+from hbtest.method.estimators import GrowingDesign, _transient_design, fit_through_transient, pool_affine, relevant_modes
 from hbtest.rig import open_rig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,6 +134,39 @@ def test_records_fitted_together_need_the_rig_clock_for_decays_and_mains():
         assert good.residual_rms[i] == pytest.approx(single.residual_rms[i], rel=0.1), c
     gauges = [i for i, c in enumerate(names) if c.startswith("g")]
     assert gauges and all(bad.residual_rms[i] > 10 * good.residual_rms[i] for i in gauges)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_growing_design_has_the_bits_of_the_design_built_whole(seed):
+    """A record growing at its end (record lengths of every remainder modulo the SIMD widths,
+    a rig clock with sub-nanosecond jitter, a real and two complex modes, DC and three
+    harmonics, interferers whose frequency moves between some fits and not others): at every
+    fit the kept-and-extended design is bit-for-bit the one built from the whole record
+    (``np.array_equal``), so is the fit through it; a new frequency starts it afresh."""
+    rng = np.random.default_rng(seed)
+    fs, f = 5000.0, 17.3 + rng.uniform(-1, 1)
+    lam = np.array([-3.0 + 2j * np.pi * 17.0, -0.7, -9.0 + 2j * np.pi * 61.3])
+    orders = np.array([0, 1, 2, 3])
+    design = GrowingDesign()
+    t = c = np.zeros(0)
+    mains = 50.0 + rng.uniform(-0.1, 0.1)
+    for n_new in rng.integers(1, 400, size=12).tolist() + [1, 7, 8, 9, 15, 16, 17]:
+        start = c[-1] + 1 / fs if c.size else 123.456
+        c = np.concatenate([c, start + np.arange(n_new) / fs + rng.uniform(-1e-10, 1e-10, n_new)])
+        t = np.concatenate([t, np.arange(n_new) / fs + rng.uniform(0, 1)])
+        if rng.uniform() < 0.5:
+            mains += rng.normal(0, 1e-3)
+        nuisance = (mains, 3 * mains)
+        grown, n_h = design.build(t, c, 123.0, f, orders, lam, nuisance)
+        whole, n_h_whole = _transient_design(t, c, 123.0, f, orders, lam, nuisance)
+        assert n_h == n_h_whole and grown.flags.c_contiguous
+        assert np.array_equal(grown, whole)
+    x = rng.standard_normal((3, t.size))
+    a = fit_through_transient(t, x, f, orders, lam, t0=123.0, nuisance_hz=nuisance, clock=c, design=design)
+    b = fit_through_transient(t, x, f, orders, lam, t0=123.0, nuisance_hz=nuisance, clock=c)
+    assert np.array_equal(a.coefficients, b.coefficients) and np.array_equal(a.variance, b.variance)
+    grown, _ = design.build(t, c, 123.0, f + 0.5, orders, lam, nuisance)
+    assert np.array_equal(grown, _transient_design(t, c, 123.0, f + 0.5, orders, lam, nuisance)[0])
 
 
 # -- pooling every evaluation of a point (pool_affine) ---------------------------------------

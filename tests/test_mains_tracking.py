@@ -97,20 +97,28 @@ def test_loop_tracks_the_twins_wandering_mains():
     assert loop.mains_layout().mains_hz == f and loop.layout.mains_hz == 50.0
 
 
-def test_a_record_seen_again_gives_the_fresh_computation_bits():
-    """The memo of :func:`mains_frequency` (a point's growing record hands the tracker its
-    earlier records again): a record seen again returns exactly what computing it gives; one
-    sample changed is a new record, computed afresh."""
-    from hbtest.method import estimators
+def test_growing_record_tracks_as_every_record_handed_again():
+    """An evaluation's growing record (:class:`hbtest.point.loop.GrowingRecord`) computes each
+    record's mains estimate once and hands the tracker all of them at every fit: the tracked
+    state after each fit is bit-for-bit that of handing :meth:`PointLoop.track_mains` every
+    record so far again (the arithmetic kept, with its known re-use of earlier records), and
+    the concatenated samples are those of the records."""
+    from hbtest.point.loop import GrowingRecord
 
-    t, x, f = _record(np.random.default_rng(3), 2.0, 50.07)
-    estimators._mains_memo.clear()
-    first = mains_frequency(t, x, f, 50.0, 3)
-    again = mains_frequency(t.copy(), x.copy(), f, 50.0, 3)
-    fresh = estimators._mains_estimate(t, x, f, 50.0, 3, 8)
-    assert first == again == fresh and np.isfinite(fresh.frequency_hz)
-    x2 = x.copy()
-    x2[0, 100] += 1e-3
-    assert mains_frequency(t, x2, f, 50.0, 3) == estimators._mains_estimate(t, x2, f, 50.0, 3, 8)
-    assert len(estimators._mains_memo) == 2
-    assert mains_frequency(t, x, f, 50.0, 2) == estimators._mains_estimate(t, x, f, 50.0, 2, 8)  # the arguments are in the key
+    cfg = load_sweep(ROOT / "sweeps" / "paper-cantilever.toml", ["solver.profile=hbtest"])
+    rc = load_rig(RIG, [*cfg.rig_overrides, "virtual.mains.drift_period_s=60"])
+    rig = VirtualRig(rc, seed=11)
+    ns = cfg.numerical.substructure()
+    grown, again = (PointLoop(rig, ns, cfg.excitation.force_vector(ns), PointSettings.from_config(cfg)) for _ in range(2))
+    rig.set_demand(17.0, np.zeros((2, 1)), [1], ramp_periods=0)
+    rec = GrowingRecord(grown._mains_of)
+    for n in (10, 17, 33):
+        rec.append(rig.acquire(n))
+        grown._mains_update(rec.mains)
+        again._mains = None
+        for k in range(len(rec.records)):
+            again.track_mains(rec.records[: k + 1])
+        assert grown._mains == again._mains and grown._mains is not None
+    names = list(rec.records[0].data)
+    assert np.array_equal(rec.t, np.concatenate([a.t for a in rec.records]))
+    assert np.array_equal(rec.x, np.stack([np.concatenate([a.data[c] for a in rec.records]) for c in names]))

@@ -23,16 +23,13 @@ complex coefficients ``E|X - E X|^2`` in units squared.
 
 from __future__ import annotations
 
-import hashlib
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
 from .harmonics import check_orders, unpack
 
-__all__ = ["TransientFit", "fit_through_transient", "relevant_modes", "MODE_DECAY_LIMIT", "AffinePool", "pool_affine",
+__all__ = ["TransientFit", "fit_through_transient", "GrowingDesign", "relevant_modes", "MODE_DECAY_LIMIT", "AffinePool", "pool_affine",
            "POOL_OUTLIER_CHI2", "solution_map", "sandwich_variance",
            "solution_uncertainty", "MainsEstimate", "mains_frequency"]
 
@@ -74,7 +71,8 @@ def relevant_modes(modes, since_s: float, sample_rate_hz: float) -> np.ndarray:
     return lam[alive & below]
 
 
-def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | None = None, nuisance_hz=(), clock=None) -> TransientFit:
+def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | None = None, nuisance_hz=(), clock=None,
+                          design: "GrowingDesign | None" = None) -> TransientFit:
     """Least-squares steady-state coefficients of ``x`` (time on the last axis) sampled at
     ``t`` [s], with the free decay of each mode in ``modes`` (eigenvalues [rad/s]; a complex
     pair is given by one member, a real mode by itself) starting at ``t0`` [s] (default: the
@@ -89,7 +87,11 @@ def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | 
 
     Exact for a noise-free linear system whose demand is constant from ``t0`` on and whose
     modes are all given. The record needs more samples than regressors
-    (``2 n_orders + 2 n_modes + 2 n_nuisance``)."""
+    (``2 n_orders + 2 n_modes + 2 n_nuisance``).
+
+    ``design``: a :class:`GrowingDesign` kept across the fits of one record that grows at its
+    end (the earlier samples unchanged): the regressors of the samples it has seen are kept and
+    only the new ones' computed (the same bits as building them all)."""
     orders = check_orders(orders)
     t = np.asarray(t, dtype=float)
     x = np.asarray(x, dtype=float)
@@ -102,7 +104,8 @@ def fit_through_transient(t, x, frequency_hz: float, orders, modes, t0: float | 
         raise ValueError(f"clock has {c.size} samples, t has {t.size}")
     t0 = float(c[0]) if t0 is None else float(t0)
     lam = np.asarray(modes, dtype=complex).reshape(-1)
-    A, n_h = _transient_design(t, c, t0, frequency_hz, orders, lam, nuisance_hz)
+    build = _transient_design if design is None else design.build
+    A, n_h = build(t, c, t0, frequency_hz, orders, lam, nuisance_hz)
     if A.shape[0] <= A.shape[1]:
         raise ValueError(f"{A.shape[0]} samples cannot resolve {A.shape[1]} regressors")
     xs = np.moveaxis(x, -1, 0).reshape(t.size, -1)
@@ -121,24 +124,82 @@ def _transient_design(t, c, t0: float, frequency_hz: float, orders, lam, nuisanc
     first are the harmonics': cos/sin of each order (DC: ones) at the demand times ``t``, then
     cos/sin of each interferer not on a harmonic at the continuous clock ``c`` and the decay of
     each mode (real: one column, complex: two) since ``t0`` on that clock [s]."""
-    tau = c - t0
+    harm = _harmonic_columns(t, frequency_hz, orders)
+    cols = harm + _nuisance_columns(c, frequency_hz, orders, nuisance_hz) + _decay_columns(c, t0, lam)
+    return np.stack(cols, axis=-1), len(harm)
+
+
+def _harmonic_columns(t, frequency_hz: float, orders) -> list:
+    """cos/sin of each order (DC: ones) at the demand times ``t`` [s]."""
     cols = []
     for k in orders:
         if k == 0:
             cols.append(np.ones_like(t))
         else:
             cols += [np.cos(k * 2 * np.pi * frequency_hz * t), np.sin(k * 2 * np.pi * frequency_hz * t)]
-    n_h = len(cols)
+    return cols
+
+
+def _nuisance_columns(c, frequency_hz: float, orders, nuisance_hz) -> list:
+    """cos/sin of each interferer [Hz] not on a harmonic, at the continuous clock ``c`` [s]."""
+    cols = []
     for fn in nuisance_hz:
         if all(abs(fn - k * frequency_hz) > 1e-9 for k in orders):
             cols += [np.cos(2 * np.pi * fn * c), np.sin(2 * np.pi * fn * c)]
+    return cols
+
+
+def _decay_columns(c, t0: float, lam) -> list:
+    """The free decay of each mode (real: one column, complex: two) since ``t0`` on the
+    continuous clock ``c`` [s]."""
+    tau = c - t0
+    cols = []
     for m in lam:
         env = np.exp(np.real(m) * tau)
         if abs(np.imag(m)) <= 1e-9 * abs(m):
             cols.append(env)
         else:
             cols += [env * np.cos(np.imag(m) * tau), env * np.sin(np.imag(m) * tau)]
-    return np.stack(cols, axis=-1), n_h
+    return cols
+
+
+class GrowingDesign:
+    """The regressors of :func:`fit_through_transient` for one record that grows at its end
+    (a point's evaluation keeps every period it measured in the fit): each column is kept for
+    the samples seen and extended by the new samples' values only. Every regressor is an
+    elementwise function of its sample's time, so a column built in pieces has the bits of one
+    built whole. The interferers' columns are rebuilt whole when their frequencies change (the
+    tracked mains moves between fits); harmonic and decay columns are kept while the frequency,
+    orders, modes and ``t0`` stay. The caller guarantees that the samples seen are unchanged."""
+
+    def __init__(self):
+        self._key = None
+        self._n = 0
+        self._harm: list = []
+        self._decay: list = []
+        self._nuisance_key = None
+        self._nuisance: list = []
+
+    def build(self, t, c, t0: float, frequency_hz: float, orders, lam, nuisance_hz) -> tuple[np.ndarray, int]:
+        """As :func:`_transient_design`, from the columns kept (the record grown at its end)."""
+        key = (float(t0), float(frequency_hz), tuple(int(k) for k in orders), np.asarray(lam, dtype=complex).tobytes())
+        n = self._n
+        if key != self._key or t.size < n:
+            self._key, n, self._harm, self._decay, self._nuisance_key = key, 0, [], [], None
+        self._harm = _extend(self._harm, _harmonic_columns(t[n:], frequency_hz, orders))
+        self._decay = _extend(self._decay, _decay_columns(c[n:], t0, lam))
+        nuisance_key = tuple(float(fn) for fn in nuisance_hz)
+        if nuisance_key == self._nuisance_key:
+            self._nuisance = _extend(self._nuisance, _nuisance_columns(c[n:], frequency_hz, orders, nuisance_hz))
+        else:
+            self._nuisance_key, self._nuisance = nuisance_key, _nuisance_columns(c, frequency_hz, orders, nuisance_hz)
+        self._n = t.size
+        return np.stack(self._harm + self._nuisance + self._decay, axis=-1), len(self._harm)
+
+
+def _extend(kept: list, new: list) -> list:
+    """Columns ``kept`` (the earlier samples) continued by ``new`` (the later ones)."""
+    return new if not kept else [np.concatenate([a, b]) for a, b in zip(kept, new)]
 
 
 def _scaled_least_squares(A, xs, n_h: int):
@@ -537,20 +598,9 @@ def _refined_offset(lines, var, d0: float, step: float) -> float:
     return float(minimize_scalar(neg, bounds=(d0 - step, d0 + step), method="bounded", options={"xatol": step * 1e-6}).x)
 
 
-#: how many of the latest :func:`mains_frequency` results are kept, keyed on their exact inputs
-#: (a point's growing record hands the tracker every earlier record again)
-MAINS_MEMO_SIZE = 64
-_mains_memo: OrderedDict = OrderedDict()
-_mains_memo_lock = threading.Lock()
-
-
 def mains_frequency(t, x, frequency_hz: float, nominal_hz: float, multiples: int, top: int = 8) -> MainsEstimate | None:
     """The mains frequency [Hz] a uniformly sampled record carries, or None when no mains line
     stands clear of the forcing harmonics.
-
-    A record seen again (the same bytes of ``t`` and ``x``, the same arguments) returns the
-    result computed the first time (the last :data:`MAINS_MEMO_SIZE` are kept): the same
-    computation on the same inputs, so the same bits.
 
     ``t`` (N,) [s] uniform; ``x`` (channels, N) any units; ``frequency_hz`` the forcing, whose DC
     and harmonics ``1..top`` are removed first by least squares. Each mains multiple ``m`` of
@@ -566,24 +616,7 @@ def mains_frequency(t, x, frequency_hz: float, nominal_hz: float, multiples: int
     mains wandering within the record is not a single tone)."""
     t = np.asarray(t, dtype=float)
     x = np.atleast_2d(np.asarray(x, dtype=float))
-    key = _record_key(t, x, (float(frequency_hz), float(nominal_hz), int(multiples), int(top)))
-    with _mains_memo_lock:
-        if key in _mains_memo:
-            _mains_memo.move_to_end(key)
-            return _mains_memo[key]
-    est = _mains_estimate(t, x, frequency_hz, nominal_hz, multiples, top)
-    with _mains_memo_lock:
-        _mains_memo[key] = est
-        while len(_mains_memo) > MAINS_MEMO_SIZE:
-            _mains_memo.popitem(last=False)
-    return est
-
-
-def _record_key(t: np.ndarray, x: np.ndarray, args: tuple) -> tuple:
-    """A key naming a record exactly: shapes, arguments and a 128-bit digest of the bytes."""
-    h = hashlib.blake2b(t.tobytes(), digest_size=16)
-    h.update(x.tobytes())
-    return (t.shape, x.shape, args, h.digest())
+    return _mains_estimate(t, x, frequency_hz, nominal_hz, multiples, top)
 
 
 def _mains_estimate(t, x, frequency_hz: float, nominal_hz: float, multiples: int, top: int) -> MainsEstimate | None:

@@ -239,6 +239,37 @@ class Pooled:
     fit: estimators.AffinePool | None = None
 
 
+class GrowingRecord:
+    """The raw records of one evaluation fitted through its transient (:meth:`PointLoop.evaluate_through_transient`),
+    growing at its end: their samples concatenated (demand times ``t``, rig clock ``clock``
+    [s], channels ``x`` in the order of the first record's data), each record's mains estimate
+    (with the rig clock of its end, :attr:`mains`) computed once by ``mains_of`` when it comes
+    (None: not tracked), and the fit's :class:`~hbtest.method.estimators.GrowingDesign`. Every
+    array is extended by the new record's values only: the same bits as concatenating all."""
+
+    def __init__(self, mains_of=None):
+        self.records: list = []
+        self.mains: list = []
+        self.design = estimators.GrowingDesign()
+        self._mains_of = mains_of
+        self.t = self.clock = self.x = None
+
+    def append(self, a) -> None:
+        """Add the raw record ``a`` (an Acquisition) after the others."""
+        names = list(self.records[0].data) if self.records else list(a.data)
+        # the rig clock of every sample (the record ends at ``elapsed_s``): continuous across
+        # records, unlike the demand time base, for the decays and the mains regressors
+        clock = a.elapsed_s - (a.t.size - np.arange(a.t.size)) / a.sample_rate_hz
+        x = np.stack([np.asarray(a.data[c]) for c in names])
+        if self.records:
+            self.t, self.clock, self.x = np.concatenate([self.t, a.t]), np.concatenate([self.clock, clock]), np.concatenate([self.x, x], axis=1)
+        else:
+            self.t, self.clock, self.x = np.asarray(a.t), clock, x
+        self.records.append(a)
+        if self._mains_of is not None:
+            self.mains.append((self._mains_of(a), float(a.elapsed_s)))
+
+
 class PointLoop:
     """The measuring part of a point (apply, settle or fit through the transient, reduce,
     residual, pool, finite differences) and :meth:`run`, which hands one point to the solver
@@ -344,22 +375,31 @@ class PointLoop:
         :func:`hbtest.method.estimators.mains_frequency` (standard uncertainty: its Cramer-Rao bound times
         ``MAINS_SD_INFLATION``); they are combined by a scalar Kalman filter whose state wanders
         ``MAINS_WANDER_HZ_PER_S`` per second of rig clock between records."""
-        if not self.rule.reject_mains or not self.layout.mains_frequencies:
-            return
-        for a in records:
-            names = self.layout.channel_names
-            x = np.stack([np.asarray(a.data[c], dtype=float) for c in names])
-            est = estimators.mains_frequency(a.t, x, a.frequency_hz, self.layout.mains_hz, self.layout.mains_multiples)
+        if self._tracks_mains():
+            self._mains_update([(self._mains_of(a), float(a.elapsed_s)) for a in records])
+
+    def _tracks_mains(self) -> bool:
+        return bool(self.rule.reject_mains and self.layout.mains_frequencies)
+
+    def _mains_of(self, a):
+        """The mains estimate of one raw record (:func:`~hbtest.method.estimators.mains_frequency`)."""
+        x = np.stack([np.asarray(a.data[c], dtype=float) for c in self.layout.channel_names])
+        return estimators.mains_frequency(a.t, x, a.frequency_hz, self.layout.mains_hz, self.layout.mains_multiples)
+
+    def _mains_update(self, estimates) -> None:
+        """The Kalman update of :meth:`track_mains` by ``estimates``: (MainsEstimate or None, rig
+        clock of its record's end [s]) in order."""
+        for est, elapsed in estimates:
             if est is None or not np.isfinite(est.sd_hz):
                 continue
             r = (MAINS_SD_INFLATION * est.sd_hz) ** 2
             if self._mains is None:
-                self._mains = (est.frequency_hz, r, float(a.elapsed_s))
+                self._mains = (est.frequency_hz, r, elapsed)
                 continue
             f, P, t = self._mains
-            P += (MAINS_WANDER_HZ_PER_S * max(float(a.elapsed_s) - t, 0.0)) ** 2
+            P += (MAINS_WANDER_HZ_PER_S * max(elapsed - t, 0.0)) ** 2
             k = P / (P + r)
-            self._mains = (f + k * (est.frequency_hz - f), (1 - k) * P, float(a.elapsed_s))
+            self._mains = (f + k * (est.frequency_hz - f), (1 - k) * P, elapsed)
 
     @property
     def mains_estimate(self) -> tuple[float, float] | None:
@@ -394,16 +434,19 @@ class PointLoop:
             self._modes = np.asarray(self.rig.modes(), dtype=complex)
         return self._modes
 
-    def _fit_record(self, records: list, f: float, modes):
-        """Steady state of the concatenated raw ``records`` (acquired after the ramp) by
-        :func:`hbtest.method.estimators.fit_through_transient`: (InterfaceMeasurement, over range)."""
+    def _fit_record(self, rec: "GrowingRecord", f: float, modes):
+        """Steady state of the concatenated raw records of ``rec`` (acquired after the ramp) by
+        :func:`hbtest.method.estimators.fit_through_transient`: (InterfaceMeasurement, over range).
+
+        The tracker is updated by every record of ``rec`` again, as at each of its earlier fits
+        (each record's estimate computed once, when it came). That re-use is a known
+        overconfidence (the same record counted at every fit of the evaluation), kept as it is:
+        removing it changes the stored results."""
+        records = rec.records
         names = list(records[0].data)
-        t = np.concatenate([a.t for a in records])
-        # the rig clock of every sample (the record ends at ``elapsed_s``): continuous across
-        # records, unlike the demand time base, for the decays and the mains regressors
-        clock = np.concatenate([a.elapsed_s - (a.t.size - np.arange(a.t.size)) / a.sample_rate_hz for a in records])
-        x = np.stack([np.concatenate([a.data[c] for a in records]) for c in names])
-        self.track_mains(records)
+        t, clock, x = rec.t, rec.clock, rec.x
+        if self._tracks_mains():
+            self._mains_update(rec.mains)
         nuisance = self.mains_layout().mains_frequencies if self.rule.reject_mains else ()
         fit_orders = self.orders
         if np.count_nonzero(self.orders) > 1:  # FIT_MAX_ORDER: DC and unsolved harmonics too
@@ -411,12 +454,13 @@ class PointLoop:
             top = max(min(FIT_MAX_ORDER, harmonics.max_usable_harmonic(f, fs)), int(self.orders.max()))
             fit_orders = np.array(sorted({0, *range(1, top + 1), *self.orders.tolist()}))
         keep = np.searchsorted(fit_orders, self.orders)
-        tf = estimators.fit_through_transient(t, x, f, fit_orders, modes, t0=float(clock[0]), nuisance_hz=nuisance, clock=clock)
+        tf = estimators.fit_through_transient(t, x, f, fit_orders, modes, t0=float(clock[0]), nuisance_hz=nuisance, clock=clock,
+                                              design=rec.design)
         over = self._overrange(records)
         n_periods = int(sum(a.n_periods for a in records))
-        rec = ChannelCoefficients({c: tf.coefficients[i, keep] for i, c in enumerate(names)}, {c: tf.variance[i, keep] for i, c in enumerate(names)},
+        out = ChannelCoefficients({c: tf.coefficients[i, keep] for i, c in enumerate(names)}, {c: tf.variance[i, keep] for i, c in enumerate(names)},
                                   self.orders, f, n_periods, records[-1].elapsed_s, over, correlation=tf.correlation)
-        return measure_interface_from_coefficients(rec, self.layout, self.orders, self.s.force_method), over
+        return measure_interface_from_coefficients(out, self.layout, self.orders, self.s.force_method), over
 
     def _overrange(self, records: list) -> tuple:
         """Channels clipped in any of the raw ``records``: reported by the instrument, or at
@@ -448,16 +492,16 @@ class PointLoop:
         f = num.frequency_hz
         V, clipped, t0, t_ramp = self._apply(f, V)
         modes = self.transient_modes()
-        records, lengths = [], []
+        rec, lengths = GrowingRecord(self._mains_of if self._tracks_mains() else None), []
         total = 0
         want = self.rule.first_record(self.window)
         windows = 0
         for windows in range(1, max(1, self.rule.max_windows()) + 1):
             tw = self.rig.elapsed_s
-            records.append(self.rig.acquire(int(want - total)))
+            rec.append(self.rig.acquire(int(want - total)))
             lengths.append((self.rig.elapsed_s - tw) * f)
             total = want
-            meas, over = self._fit_record(records, f, modes)
+            meas, over = self._fit_record(rec, f, modes)
             U_N, R, vec, noise = self.residual(num, meas)
             want = self.rule.record_periods(total, noise, self.norm(R), transient_tol, noise_target)
             if want <= total or over:
@@ -468,7 +512,7 @@ class PointLoop:
         periods = (self.rig.elapsed_s - t0) * f
         # every window is kept in the fit: the breakdown counts them all as averaging
         return Evaluation(V.copy(), meas, U_N, R, self.norm(R), vec, Y, noise, periods, windows, True, over, clipped,
-                          ramp_periods=(t_ramp - t0) * f, window_periods=(float(sum(lengths)),), kind=kind, acq=records[-1])
+                          ramp_periods=(t_ramp - t0) * f, window_periods=(float(sum(lengths)),), kind=kind, acq=rec.records[-1])
 
     def evaluate(self, num: NumericalSide, V: np.ndarray, transient_tol: float | None = None, kind: str = "iteration",
                  noise_target: float | None = None) -> Evaluation:

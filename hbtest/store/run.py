@@ -71,6 +71,7 @@ import json
 import os
 import shutil
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -417,6 +418,8 @@ class RunStore:
         self.schema_version = int(g.attrs.get("schema_version", 1))
         #: open slots (NaN frequencies, written with their points): set when the store is created
         self.open_slots = bool(g.attrs.get("open_slots", False))
+        #: the points' writes (on a writer thread within :meth:`writing_behind`); every
+        #: reader waits for them (:meth:`flush`)
         self._slots = SlotWriter(self.path)
         #: the store's arrays: an optional variable (``Var.may_lack``) is written where it is here
         self.variables = frozenset(keys)
@@ -549,7 +552,10 @@ class RunStore:
     def write_point(self, index: int, rec: PointRecord) -> None:
         """Write one point into slot ``index``: all data first, then the ``done`` flag. A slot
         already marked done is first marked not-done, so ``done`` never vouches for a partly
-        rewritten slot (:func:`hbtest.store.slots.write_slot`: one trip to zarr's event loop)."""
+        rewritten slot (:class:`hbtest.store.slots.SlotWriter`: one trip to zarr's event loop;
+        within :meth:`writing_behind`, on the store's writer thread: this returns when the point
+        is handed over and raises :class:`~hbtest.store.slots.SlotWriteError`, an OSError naming
+        its slot, when an earlier point's write failed)."""
         if not 0 <= int(index) < self.n_points:
             raise IndexError(f"slot {index} outside 0..{self.n_points - 1}")
         index = int(index)
@@ -646,6 +652,29 @@ class RunStore:
         return Acquisition(t=t, data=data, frequency_hz=float(self.frequencies_hz[int(index)]), sample_rate_hz=fs,
                            n_periods=int(ds["raw_periods"]), elapsed_s=float("nan"))
 
+    @contextmanager
+    def writing_behind(self):
+        """Within it, :meth:`write_point` and :meth:`write_design` hand their slot to the
+        store's writer thread and return (the next point is computed while zarr writes); the
+        readers (:meth:`done`, :attr:`attrs`, :meth:`dataset`, :meth:`read_point`) wait for it
+        first. On leaving, every slot handed over is on disk; leaving normally, a failed write
+        is raised (:class:`~hbtest.store.slots.SlotWriteError`); leaving by an exception, that
+        exception goes on (a failed slot's ``done`` stays False either way)."""
+        self._slots.background = True
+        try:
+            yield self
+        except BaseException:
+            self._slots.background = False
+            self._slots.drain()
+            raise
+        self._slots.background = False
+        self.flush()
+
+    def flush(self) -> None:
+        """Wait until every point handed to the writer thread is on disk; raises the first
+        failed write (:class:`~hbtest.store.slots.SlotWriteError`, once)."""
+        self._slots.flush()
+
     def set_status(self, status: str, **attrs) -> None:
         """Set the run status (``running | completed | interrupted | failed``) and any extra
         attributes (e.g. ``message=...``); stamps ``updated_utc`` and, for a final status,
@@ -693,21 +722,24 @@ class RunStore:
         self.frequencies_hz[index] = frequency_hz
 
     def done(self) -> np.ndarray:
-        """``done`` flag of every slot, read fresh from disk."""
+        """``done`` flag of every slot, read fresh from disk (after :meth:`flush`)."""
         import zarr
 
+        self.flush()
         g: Any = zarr.open_group(str(self.path), mode="r")
         return np.asarray(g["done"][...], dtype=bool)
 
     @property
     def attrs(self) -> dict:
-        """The group attributes, read fresh from disk."""
+        """The group attributes, read fresh from disk (after :meth:`flush`)."""
         import zarr
 
+        self.flush()
         return dict(zarr.open_group(str(self.path), mode="r").attrs)
 
     def dataset(self):
-        """The whole store as a lazy :class:`xarray.Dataset`."""
+        """The whole store as a lazy :class:`xarray.Dataset` (after :meth:`flush`)."""
+        self.flush()
         return _open(self.path)
 
     def read_point(self, index: int) -> PointRecord:

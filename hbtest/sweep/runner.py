@@ -54,7 +54,7 @@ from ..method.harmonics import NYQUIST_MARGIN
 from ..point import PointOutcome, PointSettings
 from ..rig import open_rig
 from ..rig.capabilities import ExactReference, Trips
-from ..store import PointRecord, RunStore, StoreLock
+from ..store import PointRecord, RunStore, SlotWriteError, StoreLock
 
 __all__ = ["run", "resume", "point_record", "exit_code", "check_run", "EXIT_CODES", "MAX_RECORD_BYTES", "MAX_POINTS"]
 
@@ -352,10 +352,12 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
     store.set_status("running", rig_reported_identity=desc.identity, stop_cause="", stop_message="")
     policy = _Stop(progress)
     try:
-        with _signals(policy):
+        with _signals(policy), store.writing_behind():  # the points written on the store's writer thread
             write = _PointWriter.start(cfg, store, rig, ns, F, desc, requested, notes, policy, progress, run)
             stop = _path(cfg)[1](cfg, store, write.runner, write, say)
-            run.status, run.cause, run.reason = stop or ("completed", "", "")
+        run.status, run.cause, run.reason = stop or ("completed", "", "")
+    except SlotWriteError as e:  # a point's write failed on the writer thread (seen by a read between points, or on leaving)
+        _store_failed(store, run, e.index, e)
     except (InstrumentError, LimitExceeded) as e:
         run.status, run.cause = "interrupted", "rig"
         run.reason = f"{e}{_close(rig)}"
@@ -378,6 +380,14 @@ def _execute(cfg: SweepConfig, store: RunStore, rig, progress) -> str:
         except OSError:
             pass  # the disk refused even the status; the done flags still tell what is finished
     return run.status
+
+
+def _store_failed(store: RunStore, run: "_RunState", i: int, e: OSError):
+    """Mark the run stopped by the store and raise the one-line StoreWriteError: the write of
+    point ``i`` failed (on the writer thread: :class:`~hbtest.store.SlotWriteError` names it)."""
+    f = float(store.frequencies_hz[i])
+    run.status, run.cause, run.reason = "interrupted", "store", f"cannot write point {i} ({f:g} Hz) to {store.path}: {e.strerror or e}"
+    raise StoreWriteError(f"{store.path}: {run.reason.split(': ', 1)[-1]}; the run stopped, free the space and `hbtest resume {store.path}`") from None
 
 
 @dataclass
@@ -458,8 +468,7 @@ class _PointWriter:
         try:
             store.write_point(i, runner.finish(i, out, rec))
         except OSError as e:
-            run.status, run.cause, run.reason = "interrupted", "store", f"cannot write point {i} ({f:g} Hz) to {store.path}: {e.strerror or e}"
-            raise StoreWriteError(f"{store.path}: {run.reason.split(': ', 1)[-1]}; the run stopped, free the space and `hbtest resume {store.path}`") from None
+            _store_failed(store, run, e.index if isinstance(e, SlotWriteError) else i, e)
         self.say(PointFinished(n, of, i, f, out.iterations, float((out.applied or out.final).norm) if out.final else float("nan"),
                                float(out.rig_periods), bool(out.converged), out.reason, out.message))
         stop_on = {"trip": cfg.sweep.on_trip, "overrange": cfg.sweep.on_overrange}.get(out.reason)
