@@ -719,8 +719,10 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
     def posterior(self, loop: PointLoop, num: NumericalSide, carry: HbtestCarry, w: Walk, stop: Stop,
                   note: str | None) -> PointResult:
         """Phase 4: the fitted Jacobian's posterior at the reported solution (from the raw
-        evaluations), the history's last evaluation replaced by the pooled estimate the point
-        ends with (its own rig time and windows unchanged), the posterior covariance carried
+        evaluations), the history's last evaluation at the demand the point ends at (the last
+        row, or the one before a closing Jacobian re-measure's finite differences) replaced by
+        the pooled estimate the point ends with (its own rig time and windows unchanged), the
+        posterior covariance carried
         to the next point (:meth:`point_prior`) when converged, and the result."""
         final = stop.judgement.final
         G_post = None
@@ -728,8 +730,11 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
             G_post = loop.pool(num, w.history, w.prior, self.pool_prior_fraction, at=final.V,
                                prior_cov=w.prior_cov, between=self.between_limit(loop, True)).jacobian_cov
         h = w.history
-        if h and h[-1] is not w.e and np.array_equal(h[-1].V, w.e.V):
-            h[-1] = w.e
+        # the row of the demand the point ends at: the last one measured there, which a closing
+        # Jacobian re-measure (a stall restart's finite differences) may have followed
+        at = [k for k, e in enumerate(h) if np.array_equal(e.V, w.e.V)]
+        if at and h[at[-1]] is not w.e:
+            h[at[-1]] = w.e
         converged = stop.reason == "converged"
         carry.G_cov = w.G_cov if converged else None
         reported = w.e if final is None else final
