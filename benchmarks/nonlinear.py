@@ -8,7 +8,7 @@ Per twin (``reference``: instruments/virtual-cantilever.toml, the lab-calibrated
 demand scatter; ``harsh-mains``: instruments/virtual-cantilever-harsh-mains.toml) and seed, the
 arclength trace (the file's own continuation) and the stepped sweep (41 points, hbtest
 profile), one ``key=value`` line each, prefixed ``<twin>_s<seed>_<path>_``: ``points``,
-``nonconverged``, ``worst_error`` (the largest over the points of ``|U1 - U1_ref| / |U_ref|``,
+``nonconverged``, ``worst_error`` (the largest over the converged points of ``|U1 - U1_ref| / |U_ref|``,
 ``u``, against the nearest exact point in scaled (state, frequency):
 :func:`~hbtest.sweep.arclength.reference.curve_errors`), ``fold1_hz``/``fold2_hz`` (the
 trace's folds in the order met, NaN where not met; the stepped sweep has none) and their
@@ -78,7 +78,10 @@ def measure(twin: str, seed: int, path: str, extra: list[str]) -> dict:
     joined, fv, exact = exact_folds(cfg, seed)
     done = np.asarray(ds["done"].values, dtype=bool)
     conv = np.asarray(ds["converged"].values, dtype=bool) & done
-    err = curve_errors(ds, cfg.sweep.harmonics, cfg.sweep.stop_hz - cfg.sweep.start_hz, joined, fv)
+    # the converged points only: a non-converged one may lie off the curve, where the nearest
+    # exact point does not exist (counted in ``nonconverged``, and the run's error is inf)
+    on = ds.assign(done=(ds["done"].dims, conv))
+    err = curve_errors(on, cfg.sweep.harmonics, cfg.sweep.stop_hz - cfg.sweep.start_hz, joined, fv)
     folds = np.full(2, np.nan)
     met = np.asarray(ds.attrs.get("folds_hz") or [], dtype=float)[:2]
     folds[: met.size] = met
