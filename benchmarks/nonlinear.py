@@ -18,9 +18,11 @@ relative errors ``fold_error`` (largest of the two, inf where one is missing), `
 of every run (inf where a run left a point non-converged).
 
 Full set (2 twins x 4 seeds x 2 paths): hours on a shared 2-core machine; a subset with
-``--seeds 1 --twins reference --paths arclength``. Measured (issue 41, ``--twins reference
---paths stepped``, seeds 1-4): 41/41 converged each, worst_error 0.0079, 0.0042, 0.0089,
-0.0052, 54-95 s wall each. ``--profiles`` runs the former
+``--seeds 1 --twins reference --paths arclength``. Measured (issue 41, seeds 1-4, in-process,
+load 2-3): ``--twins reference --paths stepped``: 41/41 converged each, worst_error 0.0079,
+0.0042, 0.0089, 0.0052, 46-48 s wall each; ``--twins reference harsh-mains --paths arclength
+--set sweep.max_points=200``: both folds every run, 0 non-converged, 94-168 points (reference),
+62-70 (harsh mains), ``nonlinear_worst_error=0.0062814`` (docs/sweeps.md). ``--profiles`` runs the former
 comparison of the two solver profiles on the stepped grid instead (rig time per point).
 
     python benchmarks/nonlinear.py [--seeds 1 2 3 4] [--twins reference harsh-mains] [--paths arclength stepped]
