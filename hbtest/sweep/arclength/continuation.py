@@ -404,14 +404,7 @@ class HybridArclength:
             if left is not None:
                 self.trust_notes.append(left)
                 continue  # the Jacobian before the bent pool is kept: no re-measure
-            # the rig Jacobian may have drifted: re-measure it at the last point of the curve
-            V0, f0 = self.unscale(z0)
-            num0 = self.numerical_side(f0)
-            e0 = lp.evaluate(num0, V0, SETTLE_FRACTION * self.r_target, kind="start")
-            history.append(e0)
-            self._remember([e0], f0)
-            self._measure_jacobian(num0, e0, history)
-            self.e = e0
+            self._remeasure(z0, history)
         z, e, num, J, its = res
         t, bent_note = self._tangent(z0, tz0, z, J)
         fold = self._fold(z0, tz0, z, t)
@@ -425,6 +418,17 @@ class HybridArclength:
             self.finished = True
         out = self._outcome(f, e, True, its, history, t0, "converged", "converged" + note)
         return TracedPoint(out, z.copy(), t.copy(), step, fold, self.last_error)
+
+    def _remeasure(self, z0: np.ndarray, history: list) -> None:
+        """After a failed corrector the rig Jacobian may have drifted: re-measured at the last
+        point of the curve ``z0`` (its evaluations appended to ``history`` and the pool)."""
+        V0, f0 = self.unscale(z0)
+        num0 = self.numerical_side(f0)
+        e0 = self.loop.evaluate(num0, V0, SETTLE_FRACTION * self.r_target, kind="start")
+        history.append(e0)
+        self._remember([e0], f0)
+        self._measure_jacobian(num0, e0, history)
+        self.e = e0
 
     def _tangent(self, z0: np.ndarray, t0: np.ndarray, z: np.ndarray, J: np.ndarray) -> tuple[np.ndarray, str]:
         """The unit tangent at the new point ``z`` (Jacobian ``J``), reached from ``z0`` with
