@@ -39,7 +39,9 @@ Convergence of a point: the point loop's rules — displacement-form norm below
 ``harmonics_balanced``), and with ``test.accuracy`` the interface-displacement error the
 residual still implies within ``accuracy * |U_P|``; that error is the displacement change of
 the bordered Newton correction onto the curve (regular at a fold, where the fixed-frequency
-Jacobian is singular).
+Jacobian is singular); and, with a pooling profile, a path pool of at least ``m + 2``
+evaluations (``m`` the coordinates of ``(V, f)``: a fit that checks itself,
+:meth:`HybridArclength._pool_checks`).
 
 Pooling (the path pool): the twin, like the lab's rig, does not repeat — each evaluation
 scatters about the rig's affine response by a random offset of its own (a demand scatter of
