@@ -8,7 +8,7 @@ Per twin (``reference``: instruments/virtual-cantilever.toml, the lab-calibrated
 demand scatter; ``harsh-mains``: instruments/virtual-cantilever-harsh-mains.toml) and seed, the
 arclength trace (the file's own continuation) and the stepped sweep (41 points, hbtest
 profile), one ``key=value`` line each, prefixed ``<twin>_s<seed>_<path>_``: ``points``,
-``nonconverged``, ``worst_error`` (the largest over the points of ``|U1 - U1_ref| / |U_ref|``,
+``nonconverged``, ``worst_error`` (the largest over the converged points of ``|U1 - U1_ref| / |U_ref|``,
 ``u``, against the nearest exact point in scaled (state, frequency):
 :func:`~hbtest.sweep.arclength.reference.curve_errors`), ``fold1_hz``/``fold2_hz`` (the
 trace's folds in the order met, NaN where not met; the stepped sweep has none) and their
@@ -18,9 +18,11 @@ relative errors ``fold_error`` (largest of the two, inf where one is missing), `
 of every run (inf where a run left a point non-converged).
 
 Full set (2 twins x 4 seeds x 2 paths): hours on a shared 2-core machine; a subset with
-``--seeds 1 --twins reference --paths arclength``. Measured (issue 41, ``--twins reference
---paths stepped``, seeds 1-4): 41/41 converged each, worst_error 0.0079, 0.0042, 0.0089,
-0.0052, 54-95 s wall each. ``--profiles`` runs the former
+``--seeds 1 --twins reference --paths arclength``. Measured (issue 41, seeds 1-4, in-process,
+load 2-3): ``--twins reference --paths stepped``: 41/41 converged each, worst_error 0.0079,
+0.0042, 0.0089, 0.0052, 46-48 s wall each; ``--twins reference harsh-mains --paths arclength
+--set sweep.max_points=200``: both folds every run, 0 non-converged, 94-168 points (reference),
+62-70 (harsh mains), ``nonlinear_worst_error=0.0062814`` (docs/sweeps.md). ``--profiles`` runs the former
 comparison of the two solver profiles on the stepped grid instead (rig time per point).
 
     python benchmarks/nonlinear.py [--seeds 1 2 3 4] [--twins reference harsh-mains] [--paths arclength stepped]
@@ -78,7 +80,10 @@ def measure(twin: str, seed: int, path: str, extra: list[str]) -> dict:
     joined, fv, exact = exact_folds(cfg, seed)
     done = np.asarray(ds["done"].values, dtype=bool)
     conv = np.asarray(ds["converged"].values, dtype=bool) & done
-    err = curve_errors(ds, cfg.sweep.harmonics, cfg.sweep.stop_hz - cfg.sweep.start_hz, joined, fv)
+    # the converged points only: a non-converged one may lie off the curve, where the nearest
+    # exact point does not exist (counted in ``nonconverged``, and the run's error is inf)
+    on = ds.assign(done=(ds["done"].dims, conv))
+    err = curve_errors(on, cfg.sweep.harmonics, cfg.sweep.stop_hz - cfg.sweep.start_hz, joined, fv)
     folds = np.full(2, np.nan)
     met = np.asarray(ds.attrs.get("folds_hz") or [], dtype=float)[:2]
     folds[: met.size] = met

@@ -51,8 +51,27 @@ def test_path_pool_takes_the_nearest_within_the_radius_with_the_newest_last():
     # within 0.15: 0.14, 0.01, 0.05, 0.149; the 3 nearest (pool_max - 1) in the order measured
     assert [e for _, e in near] == [evs[1], evs[2], evs[3], newest]
     assert near[-1][1] is newest
-    t.h = 1e-9  # below min_step: the radius is pool_radius * min_step
-    assert [e for _, e in t._near(zs[-1], newest)] == [newest]
+    # a step far below the points' own noise: the radius stops at pool_min_radius (0.02: the
+    # evaluations at 0.01 and 0.0 of the newest, not the one at 0.05)
+    t.h = 1e-9
+    assert t.s.pool_min_radius == 0.02
+    assert [e for _, e in t._near(zs[-1], newest)] == [evs[2], newest]
+
+
+@pytest.mark.parametrize("h, move, beyond", [(0.05, 0.04, False), (0.05, 0.06, True), (0.001, 0.015, False),
+                                             (0.001, 0.03, True), (0.04, 0.039, False)])
+def test_a_corrector_beyond_its_trust_region_is_refused(h, move, beyond):
+    """The trust region: ``corrector_trust`` steps from the prediction, at least that many
+    ``pool_min_radius`` (the noise); a move beyond it is given in steps, within it None."""
+    t = tracer(corrector_trust=1.0, pool_min_radius=0.02)
+    z_pred = np.array([0.3, 4.8])
+    direction = np.array([0.6, -0.8])
+    got = t._beyond_trust(z_pred + move * direction, z_pred, h)
+    assert (got is not None) == beyond
+    if beyond:
+        assert got == pytest.approx(move / h, rel=1e-12)
+    t.trust_notes = [1.2, 14.8]
+    assert "2 corrector(s) would have moved 1.2, 14.8 steps" in t._trust_note()
 
 
 class FakeLoop:

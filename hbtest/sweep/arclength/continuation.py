@@ -39,7 +39,9 @@ Convergence of a point: the point loop's rules — displacement-form norm below
 ``harmonics_balanced``), and with ``test.accuracy`` the interface-displacement error the
 residual still implies within ``accuracy * |U_P|``; that error is the displacement change of
 the bordered Newton correction onto the curve (regular at a fold, where the fixed-frequency
-Jacobian is singular).
+Jacobian is singular); and, with a pooling profile, a path pool of at least ``m + 2``
+evaluations (``m`` the coordinates of ``(V, f)``: a fit that checks itself,
+:meth:`HybridArclength._pool_checks`).
 
 Pooling (the path pool): the twin, like the lab's rig, does not repeat — each evaluation
 scatters about the rig's affine response by a random offset of its own (a demand scatter of
@@ -49,7 +51,7 @@ degrees of freedom for a scatter), judges a point. Every evaluation the trace ho
 with its scaled demand ``z_j`` (:attr:`HybridArclength.bank`: the first point's, the
 finite differences, every corrector's, the failed attempts' too). Each judgement pools,
 at the corrector's newest evaluation ``z``, those within ``pool_radius * h`` of it (``h`` the
-step, nearest ``pool_max``) by the affine model ``Y_j = A (z_j - z) + c + b_j + e_j``
+step; at least ``pool_min_radius``; nearest ``pool_max``) by the affine model ``Y_j = A (z_j - z) + c + b_j + e_j``
 (:meth:`PointLoop.pool`, prior ``A ~ N(Gz, (pool_prior_fraction * max|row|)^2)``), ``e_j``
 the read noise of the record (its stated variance ``s_j^2``), ``b_j ~ N(0, tau^2)`` the
 between-evaluation offset with ``tau^2`` per output the Paule-Mandel estimate from the misfit
@@ -60,7 +62,8 @@ averaged only up to the profile's ``between_limit`` (beyond it the model is fail
 estimate ``c`` (variance from weights ``1 / (s_j^2 + tau^2)``) is the point's; the fitted
 ``A`` replaces ``Gz``. Evaluations the fit drops as outliers mean the affine model does not
 hold over the radius: the point's record says so and the next step is at most
-``min_factor`` of this one (the radius shrinks with it). Each record asks for the noise that,
+``min_factor`` of this one (the radius shrinks with it, down to ``pool_min_radius``: a pool
+of the few evaluations a smaller one holds bends the Jacobian). Each record asks for the noise that,
 pooled, meets the goal (:meth:`_noise_target`, from the pooled noise, the scatter included:
 a longer record does not average a scatter, the records are capped by ``max_record_factor``).
 
@@ -69,7 +72,10 @@ tangent over the last step (the curvature of the traced branch times the step), 
 ``[min_factor, max_factor]`` and ``[min_step, max_step]`` — dense at the folds, sparse on
 the flanks. A corrector that fails within ``max_corrector_iterations`` halves the step and
 re-measures the rig Jacobian at the last point (its evaluations join the pool); below
-``min_step`` the trace stops (stalled). The tangent at a new point is the null vector of its
+``min_step`` the trace stops (stalled). A corrector whose next demand would leave the trust
+region (``corrector_trust`` steps from the prediction, at least ``corrector_trust *
+pool_min_radius``) is refused: the step halved, the rig Jacobian before its pool kept (a pool
+that bent it asked for the move), and the point's record says so. The tangent at a new point is the null vector of its
 measured Jacobian unless it is more than ``tangent_chord_limit`` from the chord of the step
 that reached it (a chord of at least ``tangent_chord_min``) (:func:`chord_checked_tangent`: a Jacobian the noise bent, on a curve that
 turns about ``turn_angle`` a step): then the chord is the tangent, and the point's record
@@ -195,6 +201,9 @@ class HybridArclength:
         self.against = 0  # points in a row whose df/ds opposes the branch
         self.bank: list = []  # the path pool: (scaled demand z, evaluation) of every evaluation held
         self.not_affine = 0  # evaluations the last pools of this step dropped as outliers
+        self.left_trust: float | None = None  # the last corrector left its trust region by this many steps
+        self.trust_notes: list = []  # this point's correctors that left it (their distance in steps)
+        self.pooled_count = 0  # evaluations in the last judgement's path pool
 
     # -- coordinates ---------------------------------------------------------------------
     def scale(self, V: np.ndarray, f: float) -> np.ndarray:
@@ -365,6 +374,7 @@ class HybridArclength:
         t0 = lp.rig.elapsed_s if self.pending_t0 is None else self.pending_t0
         self.pending_t0 = None
         self.not_affine = 0
+        self.trust_notes = []
         z0, tz0 = self.z, self.t
         while True:
             try:
@@ -385,6 +395,7 @@ class HybridArclength:
                 # (no excluded_energy_fraction on this path, as before the point loop's outcome)
                 out = PointOutcome(f, e_last, False, len(history), (lp.rig.elapsed_s - t0) * f, history, message, reason)
                 return TracedPoint(out, z0, tz0, self.h)
+            left, self.left_trust = self.left_trust, None
             self.h *= 0.5
             if self.h < self.s.min_step:
                 self.finished = True
@@ -392,27 +403,34 @@ class HybridArclength:
                 return TracedPoint(self._outcome(num.frequency_hz, e_last, False, len(history), history, t0, "stalled",
                                                  f"arclength continuation stalled: step below {self.s.min_step:g} (scaled) at"
                                                  f" {self.unscale(z0)[1]:.4f} Hz"), z0, tz0, self.h)
-            # the rig Jacobian may have drifted: re-measure it at the last point of the curve
-            V0, f0 = self.unscale(z0)
-            num0 = self.numerical_side(f0)
-            e0 = lp.evaluate(num0, V0, SETTLE_FRACTION * self.r_target, kind="start")
-            history.append(e0)
-            self._remember([e0], f0)
-            self._measure_jacobian(num0, e0, history)
-            self.e = e0
+            if left is not None:
+                self.trust_notes.append(left)
+                continue  # the Jacobian before the bent pool is kept: no re-measure
+            self._remeasure(z0, history)
         z, e, num, J, its = res
         t, bent_note = self._tangent(z0, tz0, z, J)
         fold = self._fold(z0, tz0, z, t)
         step = self.h
         self.z, self.t, self.e = z, t, e
         factor, note = self._step_factor(tz0, t)
-        note += bent_note
+        note += bent_note + self._trust_note()
         self.h = float(np.clip(self.h * factor, self.s.min_step, self.s.max_step))
         f = num.frequency_hz
         if f < self.lo or f > self.hi:
             self.finished = True
         out = self._outcome(f, e, True, its, history, t0, "converged", "converged" + note)
         return TracedPoint(out, z.copy(), t.copy(), step, fold, self.last_error)
+
+    def _remeasure(self, z0: np.ndarray, history: list) -> None:
+        """After a failed corrector the rig Jacobian may have drifted: re-measured at the last
+        point of the curve ``z0`` (its evaluations appended to ``history`` and the pool)."""
+        V0, f0 = self.unscale(z0)
+        num0 = self.numerical_side(f0)
+        e0 = self.loop.evaluate(num0, V0, SETTLE_FRACTION * self.r_target, kind="start")
+        history.append(e0)
+        self._remember([e0], f0)
+        self._measure_jacobian(num0, e0, history)
+        self.e = e0
 
     def _tangent(self, z0: np.ndarray, t0: np.ndarray, z: np.ndarray, J: np.ndarray) -> tuple[np.ndarray, str]:
         """The unit tangent at the new point ``z`` (Jacobian ``J``), reached from ``z0`` with
@@ -427,6 +445,25 @@ class HybridArclength:
                        " (a Jacobian bent by the noise): the chord taken as the tangent")
         return t, (f"; the measured tangent turned {np.degrees(bent):.0f} deg over a step too short to turn it"
                    " (a Jacobian bent by the noise): the previous tangent kept")
+
+    def _beyond_trust(self, z: np.ndarray, z_pred: np.ndarray, h: float) -> float | None:
+        """How far the corrector's next demand ``z`` lies from the prediction ``z_pred`` of a
+        step ``h``, in steps, when beyond the trust region (radius ``corrector_trust`` times the
+        step, at least ``corrector_trust * pool_min_radius``: below it the points' own noise);
+        None within it. The corrector of a step too long for the curve, or one whose pool bent
+        the Jacobian (near a fold: 19.51 -> 15.93 Hz in five corrections, the sensors clipped,
+        reference twin seed 3), moves beyond it; on the curve a corrector moves the step's
+        sagitta, ``h turn_angle / 2``, and the noise."""
+        d = float(np.linalg.norm(np.asarray(z, dtype=float) - z_pred))
+        return d / h if d > self.s.corrector_trust * max(h, self.s.pool_min_radius) else None
+
+    def _trust_note(self) -> str:
+        """The point record's note on correctors that left their trust region."""
+        if not self.trust_notes:
+            return ""
+        far = ", ".join(f"{d:.1f}" for d in self.trust_notes)
+        return (f"; {len(self.trust_notes)} corrector(s) would have moved {far} steps from the prediction"
+                " (beyond the trust region): not taken, step halved")
 
     def _step_factor(self, t0: np.ndarray, t: np.ndarray) -> tuple[float, str]:
         """The next step over this one, and a note for the point's record: the step that
@@ -471,7 +508,8 @@ class HybridArclength:
         Jacobian, evaluations used) or None when it does not converge."""
         lp = self.loop
         z0, t0 = self.z, self.t
-        z = z0 + h * t0
+        z = z_pred = z0 + h * t0
+        Gz0 = self.Gz
         e_prev, z_prev = self.e, z0
         max_dv = self.s.max_voltage_step_factor * lp.s.max_step_v / self.v_scale
         raws, zs = [], []  # this corrector's own evaluations and their scaled demands
@@ -494,6 +532,7 @@ class HybridArclength:
             pooled_noise = e.noise
             J = self.jacobian(num, e)
             ok, target = self._judge(num, e, J, t0)
+            ok = ok and self._pool_checks()
             self.r_target = target
             if ok:
                 if e is not raw:
@@ -503,6 +542,10 @@ class HybridArclength:
             big = float(np.abs(dz[:-1]).max())
             if big > max_dv:
                 dz *= max_dv / big
+            self.left_trust = self._beyond_trust(z + dz, z_pred, h)
+            if self.left_trust is not None:
+                self.Gz = Gz0  # the pool that asked for it bent the Jacobian: the one before it kept
+                return None
             e_prev, z_prev = raw, z
             z = z + dz
         return None
@@ -517,9 +560,11 @@ class HybridArclength:
         is too wide for the curve here: :attr:`not_affine` is set (the step is shortened).
         Without pooling (another profile) the last evaluation itself."""
         prof = self.loop.profile
+        self.pooled_count = 0
         if not isinstance(prof, PoolingProfile):
             return raws[-1]
         near = self._near(zs[-1], raws[-1])
+        self.pooled_count = len(near)
         if len(near) < 2:
             return raws[-1]
         pooled = self.loop.pool(num, [e for _, e in near], self.Gz, self.s.pool_prior_fraction,
@@ -529,12 +574,22 @@ class HybridArclength:
             self.not_affine = max(self.not_affine, len(near) - pooled.fit.used.size)
         return pooled.evaluation
 
+    def _pool_checks(self) -> bool:
+        """Whether the last judgement's pool could check its own fit: at least ``m + 2``
+        evaluations for the ``m`` coordinates of ``(V, f)`` (an affine fit of ``m + 1``
+        unknowns per output with one residual degree of freedom; fewer, the carried Jacobian's
+        prior decides the estimate, and a point accepted on 5 evaluations near the upper fold
+        lay 1.16 % from the curve, harsh-mains twin seed 2). True without a pooling profile."""
+        if not isinstance(self.loop.profile, PoolingProfile):
+            return True
+        return self.pooled_count >= self.n_v + 3
+
     def _near(self, z: np.ndarray, last) -> list:
         """The path pool's evaluations at ``z``: those of :attr:`bank` within
-        ``pool_radius`` steps of it (scaled distance in ``(V, f)``; the step of the attempt,
-        at least ``min_step``), at most ``pool_max`` of them, nearest first kept, in the
+        ``pool_radius`` steps of it (scaled distance in ``(V, f)``; the step of the attempt;
+        at least ``pool_min_radius``), at most ``pool_max`` of them, nearest first kept, in the
         order measured with ``last`` (the corrector's newest) at the end."""
-        radius = self.s.pool_radius * max(self.h, self.s.min_step)
+        radius = max(self.s.pool_radius * self.h, self.s.pool_min_radius)
         d = np.array([float(np.linalg.norm(zb - z)) for zb, _ in self.bank])
         idx = [int(j) for j in np.argsort(d, kind="stable") if d[j] <= radius and self.bank[j][1] is not last]
         keep = sorted(idx[: self.s.pool_max - 1])

@@ -78,7 +78,18 @@ class ArclengthSettings:
       tangent: a converged point's position is uncertain by about ``test.accuracy`` of its
       state (about 1e-3 scaled here), which turns a chord of 1e-2 by up to about 0.2 rad; with
       every chord used, the reference twin's seed 3 took a chord of 4e-4 (128 deg from the
-      measured tangent) near the upper fold, turned back and stalled at 19.43 Hz.
+      measured tangent) near the upper fold, turned back and stalled at 19.43 Hz;
+    - ``pool_min_radius``: the path pool's radius stops shrinking with the step here (scaled):
+      the rig is affine in the voltages, and a pool shrunk with the steps a pool's outliers
+      halved held a few evaluations, whose Jacobian turned the tangent by 20-80 deg a step
+      near the upper fold (reference twin seeds 3 and 4); 2e-2, the frequency finite
+      difference's reach and twice ``tangent_chord_min``;
+    - ``corrector_trust``: a corrector's next demand lies within this many steps of the
+      prediction (at least this many ``pool_min_radius``), or the corrector is refused and the
+      step halved, the rig Jacobian before the refused pool kept (not re-measured): on the curve
+      a corrector moves about the step's sagitta (``turn_angle / 2`` of it) and the noise; the
+      corrector of a pool that bent the Jacobian near a fold moved 2.4 steps, then ran to
+      15.9 Hz and clipped the sensors (reference twin seed 3). 1.
       The initial step, 1e-2."""
 
     initial_step: float = 0.01
@@ -100,3 +111,5 @@ class ArclengthSettings:
     turn_angle: float = 0.25
     tangent_chord_limit: float = 0.5
     tangent_chord_min: float = 1e-2
+    pool_min_radius: float = 2e-2
+    corrector_trust: float = 1.0
