@@ -142,6 +142,27 @@ def test_high_resolution_acquisition_not_eight_bits(bench):
     assert steps.min() == pytest.approx(full_scale / 4096, rel=1e-6)
 
 
+def test_a_demand_at_the_limit_is_played_not_dropped(bench):
+    """A demand whose peak bound is exactly the actuator's limit (allowed: the host driver
+    checks it) reaches the generator as a 16-bit waveform whose harmonics' magnitudes sum to a
+    hair above the limit. The plant used to pass that to the twin's own limit check, which
+    raised inside the server and dropped the host's connection ("Broken pipe" on the next
+    command). The instrument plays it, as the real one does; the rig's limit is the host's."""
+    from hbtest.rig.safety import peak_bound
+
+    limit = load_rig(bench.rig_file).spec.generator.channels[0].voltage_limit_v
+    V = np.array([[0.0, 0.6 * limit, 0.4j * limit], [0.0, 0.1, 0.0]])  # vertical: 0.6 + 0.4 = the limit
+    assert peak_bound(V)[0] == limit
+    with open_bench_rig(bench) as rig:
+        rig.set_demand(17.0, V, [0, 1, 2], ramp_periods=0.0)
+        acq = rig.acquire(3)
+        played = bench.plant.twin.demand
+        assert rig.gen.errors() == [] and acq.t.size > 0
+    assert peak_bound(played.voltage)[0] > limit  # the case that raised: the plant took it
+    k = list(played.orders).index(1)
+    assert abs(abs(played.voltage[0, k]) - abs(V[0, 1])) < 1e-3 * limit  # the demand played (on the twin's phase)
+
+
 # -- client-side discipline -----------------------------------------------------------------
 
 def test_a_late_reply_is_named_and_never_answers_the_next_query(bench):

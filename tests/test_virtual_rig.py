@@ -159,6 +159,24 @@ def test_limit_exceeded_names_the_rig(cfg):
     assert rig.elapsed_s == t and rig.demand.voltage[0, 0] == 1.0  # nothing happened
 
 
+
+def test_an_instruments_output_is_the_demand_without_the_hosts_limit(cfg):
+    """``apply_input`` (a served generator's output, hbtest.serve.scpi.plant) is ``set_demand``
+    without the host's limit check: within the limit the records are bit-identical, and a
+    waveform whose harmonics sum past the limit is played, not refused."""
+    a, b = VirtualRig(cfg, seed=3), VirtualRig(cfg, seed=3)
+    V = np.array([[1.0, 0.2j], [0.5, 0.0]])
+    a.set_demand(18.0, V, [1, 3], ramp_periods=0.0)
+    b.apply_input(18.0, V, [1, 3])
+    ra, rb = a.acquire(3), b.acquire(3)
+    assert all(np.array_equal(ra.data[c], rb.data[c]) for c in ra.data)
+    over = np.array([[3.0, 2.2j], [0.0, 0.0]])  # |V1| + |V3| = 5.2 V > 5 V
+    with pytest.raises(LimitExceeded):
+        a.set_demand(18.0, over, [1, 3])
+    b.apply_input(18.0, over, [1, 3])
+    assert np.array_equal(b.demand.voltage, over)
+
+
 # ---------------------------------------------------------------------------------------
 # physics
 

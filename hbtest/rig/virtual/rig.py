@@ -63,7 +63,8 @@ class VirtualRig:
 
     Protocol: :meth:`describe`, :meth:`set_demand`, :meth:`acquire`, :meth:`wait`,
     :attr:`elapsed_s` (simulated time), :meth:`safe_state`, :meth:`close`, context manager;
-    :attr:`demand`: the demand in force.
+    :attr:`demand`: the demand in force; :meth:`apply_input`: a served instrument's output
+    (no host-side limit check).
     Truth (exact, noise-free; for tests and reference data only): :meth:`steady_state`,
     :meth:`ps_dynamic_stiffness`, :meth:`emulated_interface_response`, :meth:`modes`,
     :meth:`rig_modes`, :meth:`frequency_response`, :meth:`reduction_error`; the FE beam as
@@ -148,11 +149,32 @@ class VirtualRig:
     def set_demand(self, frequency_hz: float, voltage, orders, ramp_periods: float = 2.0) -> None:
         """Ramp (raised cosine over ``ramp_periods`` periods of the new frequency; frequency and
         coefficients together, generator phase continuous) to the new demand. Rig time passes."""
+        f, V, orders = self._normal_demand(frequency_hz, voltage, orders, ramp_periods)
+        check_voltage(V, orders, self.config.voltage_limit_v, self.name)
+        self._drive(f, V, orders, ramp_periods)
+
+    def apply_input(self, frequency_hz: float, voltage, orders, ramp_periods: float = 0.0) -> None:
+        """What the amplifier inputs receive from an instrument the host drives (a served
+        generator's output: :mod:`hbtest.serve.scpi.plant`), as :meth:`set_demand` but without
+        the host's limit check (:func:`hbtest.rig.check_voltage`): the rig's
+        ``voltage_limit_v`` is enforced by the host's driver before anything reaches the
+        instrument, and an instrument puts out what it is told within its own limits. A
+        generator's quantised waveform of a demand exactly at the limit has a peak bound
+        (the sum of its harmonics' magnitudes) just above it: the real one plays it."""
+        f, V, orders = self._normal_demand(frequency_hz, voltage, orders, ramp_periods)
+        self._drive(f, V, orders, ramp_periods)
+
+    def _normal_demand(self, frequency_hz, voltage, orders, ramp_periods):
+        """(f, V, orders) in normal form (:func:`~hbtest.rig.safety.normalise_demand`), every
+        order below the Nyquist frequency (ValueError otherwise)."""
         self._check_open()
         f, V, orders = normalise_demand(frequency_hz, voltage, orders, 2, ramp_periods)
         if max(int(orders.max()), 1) * f >= self.fs / 2:
             raise ValueError(f"harmonic {orders.max()} of {f:g} Hz lies above the Nyquist frequency {self.fs / 2:g} Hz")
-        check_voltage(V, orders, self.config.voltage_limit_v, self.name)
+        return f, V, orders
+
+    def _drive(self, f: float, V: np.ndarray, orders: np.ndarray, ramp_periods: float) -> None:
+        """The ramp to a demand in normal form (:meth:`_normal_demand`)."""
         commanded = V
         if self._scatter is not None:
             V = self._scatter.applied(f, V, orders, self.config.voltage_limit_v)

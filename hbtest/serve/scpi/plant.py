@@ -12,7 +12,9 @@ lets the structure settle exactly as long as it slept, and a record takes as lon
 Demand: each generator channel reports its output as a Fourier series of the twin's generator
 phase ``theta`` (``v = a0 + Re sum_k V_k exp(i k theta)`` [V], ``hbtest.method.harmonics``), and the
 plant passes the sum to the twin as one step (``ramp_periods = 0``: a generator switches at
-once). The twin has one fundamental: the frequency of channel 1 (of channel 2 when channel 1's
+once) as the amplifiers' input (:meth:`~hbtest.rig.virtual.VirtualRig.apply_input`): the rig's
+voltage limit is the host driver's to enforce, not the plant's — a demand at the limit, whose
+quantised waveform's harmonics sum to a hair above it, is played, not refused. The twin has one fundamental: the frequency of channel 1 (of channel 2 when channel 1's
 output is off). Units: volts, seconds, hertz, radians.
 """
 
@@ -109,7 +111,7 @@ class Plant:
             live = [o for c, o in sorted(self._outputs.items()) if o is not None]
             if not live:
                 if self.frequency_hz is not None:
-                    self.twin.set_demand(self.frequency_hz, np.zeros((2, 1)), [1], ramp_periods=0.0)
+                    self.twin.apply_input(self.frequency_hz, np.zeros((2, 1)), [1])
                 return
             f = live[0].frequency_hz
             orders = np.union1d(np.array([0]), np.concatenate([o.orders for o in live]))
@@ -120,7 +122,7 @@ class Plant:
             if self._wall0 is None:
                 self._wall0, self._sim0 = self._clock(), self.twin.elapsed_s
             below = orders * f < self.fs / 2  # the twin samples at fs: content above its Nyquist frequency
-            self.twin.set_demand(f, V[:, below], orders[below], ramp_periods=0.0)  # (DAC images) is left out
+            self.twin.apply_input(f, V[:, below], orders[below])  # (DAC images) is left out
 
     def wall_at_twin_now(self) -> float:
         """The wall-clock time [s, ``clock``] the twin has been simulated up to."""
