@@ -19,7 +19,9 @@ SIMD targets in force, the BLAS kernels, versions and threads, numpy and scipy v
 reference keeps one entry of hashes per environment it was written in, and beside them each
 case's *meaning* (points converged, every FRF value with its stated standard uncertainty). In an
 environment with no entry the cases are compared by meaning: the same converged count and every
-FRF point within 3 combined standard uncertainties of the reference's (``same meaning``).
+FRF point within 3 combined standard uncertainties of the reference's (``same meaning``; an
+arclength trace's points, which another environment puts elsewhere on the curve, each against the
+reference trace at its frequency).
 Write an entry per environment you guard, e.g. on an AVX-512 machine both
 
     python benchmarks/store_identity.py --write
@@ -179,6 +181,8 @@ def store_meaning(path: Path) -> dict:
     u = frf_uncertainty(ds)
     H = np.asarray(u["H"].values, dtype=complex)
     return {"points": int(ds["done"].sum()), "converged": int(ds["converged"].sum()),
+            "trace": ds.attrs.get("continuation") == "arclength",
+            "frequency": [float(x) for x in np.asarray(ds["frequency"].values, dtype=float)],
             "converged_at": [bool(c) for c in np.asarray(ds["converged"].values).ravel()],
             "H": [[float(z.real), float(z.imag)] for z in H.ravel()],
             "u_H": [float(x) for x in np.asarray(u["u_H"].values).ravel()]}
@@ -192,6 +196,8 @@ def meaning_differences(ours: dict, theirs: dict) -> list[str]:
     out = [f"{k} {ours[k]} against {theirs[k]}" for k in ("points", "converged") if ours[k] != theirs[k]]
     if len(ours["H"]) != len(theirs["H"]):
         return out + [f"{len(ours['H'])} FRF values against {len(theirs['H'])}"]
+    if ours.get("trace") and theirs.get("trace"):
+        return out + _trace_differences(ours, theirs)
     H1, H2 = (np.array([complex(*z) for z in m["H"]]) for m in (ours, theirs))
     sigma = np.hypot(ours["u_H"], theirs["u_H"])
     # a point that did not converge states no FRF value: compared where both converged
@@ -199,6 +205,33 @@ def meaning_differences(ours: dict, theirs: dict) -> list[str]:
     per_point = np.repeat(both, len(H1) // both.size) if both.ndim and both.size else np.ones(len(H1), bool)
     far = np.flatnonzero(per_point & ~(np.abs(H1 - H2) <= MEANING_SIGMAS * sigma))
     return out + [f"FRF value {i}: {abs(H1[i] - H2[i]) / sigma[i]:.2f} combined sigmas apart" for i in far]
+
+
+def _trace_differences(ours: dict, theirs: dict) -> list[str]:
+    """An arclength trace's points are where its steps put them: another environment's last
+    bits put them elsewhere on the same curve (18.037 Hz against 18.023 Hz at the cubic trace's
+    fourth point). Each converged point of ``ours`` is compared with ``theirs`` interpolated
+    linearly at its frequency on every segment of consecutive converged points spanning it
+    (the nearest, in combined sigmas, counts: a curve through folds spans a frequency up to
+    three times); a point no segment spans is not compared."""
+    f1, f2 = np.asarray(ours["frequency"]), np.asarray(theirs["frequency"])
+    H1, H2 = (np.array([complex(*z) for z in m["H"]]).reshape(len(m["frequency"]), -1) for m in (ours, theirs))
+    u1, u2 = (np.asarray(m["u_H"]).reshape(len(m["frequency"]), -1) for m in (ours, theirs))
+    c1, c2 = (np.asarray(m["converged_at"], dtype=bool) for m in (ours, theirs))
+    out = []
+    for i in np.flatnonzero(c1):
+        best = np.inf
+        for k in np.flatnonzero(c2[:-1] & c2[1:]):
+            lo, hi = f2[k], f2[k + 1]
+            if not min(lo, hi) <= f1[i] <= max(lo, hi) or lo == hi:
+                continue
+            w = (f1[i] - lo) / (hi - lo)
+            H = (1 - w) * H2[k] + w * H2[k + 1]
+            u = np.maximum(u2[k], u2[k + 1])
+            best = min(best, float(np.max(np.abs(H1[i] - H) / np.hypot(u1[i], u))))
+        if np.isfinite(best) and best > MEANING_SIGMAS:
+            out.append(f"trace point {i} ({f1[i]:.4f} Hz): {best:.2f} combined sigmas from the other trace")
+    return out
 
 
 def build(name: str, workdir: Path, meaning: dict | None = None) -> dict[str, str]:
