@@ -203,7 +203,6 @@ class HybridArclength:
         self.not_affine = 0  # evaluations the last pools of this step dropped as outliers
         self.left_trust: float | None = None  # the last corrector left its trust region by this many steps
         self.trust_notes: list = []  # this point's correctors that left it (their distance in steps)
-        self.pooled_count = 0  # evaluations in the last judgement's path pool
 
     # -- coordinates ---------------------------------------------------------------------
     def scale(self, V: np.ndarray, f: float) -> np.ndarray:
@@ -528,11 +527,11 @@ class HybridArclength:
             raws.append(raw)
             zs.append(z)
             self.bank.append((z, raw))
-            e = self._pool(num, raws, zs)
+            e, pooled = self._pool(num, raws, zs)
             pooled_noise = e.noise
             J = self.jacobian(num, e)
             ok, target = self._judge(num, e, J, t0)
-            ok = ok and self._pool_checks()
+            ok = ok and self._pool_checks(pooled)
             self.r_target = target
             if ok:
                 if e is not raw:
@@ -558,31 +557,30 @@ class HybridArclength:
         (:meth:`HbtestProfile.between_limit`). The fitted ``[dY/dV, dY/df]`` replaces ``Gz``.
         Evaluations the affine model does not explain (the pool's outliers) mean the radius
         is too wide for the curve here: :attr:`not_affine` is set (the step is shortened).
-        Without pooling (another profile) the last evaluation itself."""
+        Without pooling (another profile) the last evaluation itself. With the number of
+        evaluations the path pool held (0 without pooling)."""
         prof = self.loop.profile
-        self.pooled_count = 0
         if not isinstance(prof, PoolingProfile):
-            return raws[-1]
+            return raws[-1], 0
         near = self._near(zs[-1], raws[-1])
-        self.pooled_count = len(near)
         if len(near) < 2:
-            return raws[-1]
+            return raws[-1], len(near)
         pooled = self.loop.pool(num, [e for _, e in near], self.Gz, self.s.pool_prior_fraction,
                                 demands=np.stack([z for z, _ in near]), between=prof.between_limit(self.loop, False))
         self.Gz = pooled.jacobian
         if pooled.fit is not None and pooled.fit.used.size < len(near):
             self.not_affine = max(self.not_affine, len(near) - pooled.fit.used.size)
-        return pooled.evaluation
+        return pooled.evaluation, len(near)
 
-    def _pool_checks(self) -> bool:
-        """Whether the last judgement's pool could check its own fit: at least ``m + 2``
+    def _pool_checks(self, pooled: int) -> bool:
+        """Whether a judgement's path pool of ``pooled`` evaluations could check its own fit: at least ``m + 2``
         evaluations for the ``m`` coordinates of ``(V, f)`` (an affine fit of ``m + 1``
         unknowns per output with one residual degree of freedom; fewer, the carried Jacobian's
         prior decides the estimate, and a point accepted on 5 evaluations near the upper fold
         lay 1.16 % from the curve, harsh-mains twin seed 2). True without a pooling profile."""
         if not isinstance(self.loop.profile, PoolingProfile):
             return True
-        return self.pooled_count >= self.n_v + 3
+        return pooled >= self.n_v + 3
 
     def _near(self, z: np.ndarray, last) -> list:
         """The path pool's evaluations at ``z``: those of :attr:`bank` within
