@@ -7,15 +7,17 @@ without ``[identify]``), at one fixed demand (``--frequency``, ``--volts`` on th
 actuator, 0 = zero demand): ``--records`` records of ``--periods`` periods each, then demand
 changes. Printed per sensor channel (key=value): the residual rms of a least-squares fit of DC,
 the fundamental and the five mains multiples (50.07 Hz, the twin's) [mV], both paths, their
-variance ratio, and the ratio the scope's steps predict alone (a step of ``range_v / 4096`` on
-the channel's range, 12-bit HRESolution, adds ``step^2 / 12`` to the in-process variance); per
+variance ratio, and the ratio the scope's steps predict alone (a step of ``range / 4096`` on
+the channel's range, 12-bit HRESolution, adds ``step^2 / 12`` to the in-process variance; the
+range is the last record's: the loopback file's ``autorange_headroom`` narrows each channel to
+its signal after the first record of a demand, ``--fixed-ranges`` keeps the file's 24 V); per
 path the samples and sample rate of a record (a decimated record would show fewer samples or a
 lower rate) and the rig periods a record and a demand change (``ramp_periods`` 2) cost beyond
 the periods asked (a demand change: amplitude and phase, so the generator restarts a new
 waveform, as at every iteration); last line ``scpi_noise_variance_ratio_max``, the largest
 channel's variance ratio.
 
-    python benchmarks/scpi_noise.py [--frequency 17] [--volts 0.8] [--periods 20] [--records 16]
+    python benchmarks/scpi_noise.py [--frequency 17] [--volts 0.8] [--periods 20] [--records 16] [--fixed-ranges]
 """
 
 from __future__ import annotations
@@ -80,18 +82,19 @@ def main() -> None:
     ap.add_argument("--periods", type=int, default=20)
     ap.add_argument("--records", type=int, default=16)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--fixed-ranges", action="store_true", help="the rig file's ranges throughout (autorange_headroom = 0)")
     a = ap.parse_args()
     with open_rig(load_rig(TWIN), a.seed) as rig:
         base = measure(rig, a.frequency, a.volts, a.periods, a.records)
     served = serve("scpi", None, "--seed", str(a.seed))
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            cfg = load_rig(served.rig_file(Path(tmp), without_identify))
+            cfg = load_rig(served.rig_file(Path(tmp), without_identify), ["digitiser.autorange_headroom=0"] if a.fixed_ranges else [])
             with open_rig(cfg) as rig:
                 bench = measure(rig, a.frequency, a.volts, a.periods, a.records)
+                ranges = rig.channel_ranges_v  # those of the last record at the fixed demand (see measure)
     finally:
         served.stop()
-    ranges = {c.sensor: c.range_v for c in cfg.spec.digitiser.channels}
     worst = 0.0
     for c in CHANNELS:
         r0, r1 = base["rms"][c], bench["rms"][c]

@@ -35,6 +35,7 @@ def test_example_rig_file_parses():
     assert [(c.actuator, c.channel, c.voltage_limit_v) for c in g.channels] == [("vertical", 1, 5.0), ("rotational", 2, 4.0)]
     assert [(c.sensor, c.channel, c.range_v) for c in d.channels] == [("l1", 1, 24.0), ("l2", 2, 24.0), ("g1", 3, 24.0), ("g2", 4, 24.0)]
     assert d.trigger == "external" and d.trigger_delay_s == 0.0
+    assert d.autorange_headroom == 1.5  # the template's ranges follow the signal (issue 40)
 
 
 @pytest.mark.parametrize(
@@ -45,6 +46,7 @@ def test_example_rig_file_parses():
         ("digitiser.channels[3].sensor=l1", "digitiser.channels[3].sensor"),
         ("generator.output_load=50", "generator.output_load"),
         ("digitiser.bogus=1", "digitiser.bogus"),
+        ("digitiser.autorange_headroom=1.05", "digitiser.autorange_headroom"),  # would clip on noise alone
         ("identify.voltage_v=6.0", "identify.voltage_v"),  # beyond [rig].voltage_limit_v
         ("identify.band_hz=2000.0", "identify.band_hz"),  # beyond a fifth of the sample rate
         ("identify.bogus=1", "identify.bogus"),
@@ -80,11 +82,13 @@ def arm(ch, lim):
     ]
 
 
-def test_demand_and_acquisition_end_to_end_exact():
+def generator_script():
+    """The generator's side of one demand (vertical 0.5 + cos, rotational -0.5 sin, one step)
+    between arming and the close's ramp-down."""
     th = 2 * np.pi * np.arange(N) / N
     cos_codes = np.rint(np.cos(th) * 32767)
     msin_codes = np.rint(-np.sin(th) * 32767)
-    gen_script = [
+    return [
         Step("*IDN?", IDN_GEN), "*CLS", "FORM:BORD SWAP", "OUTP1 OFF", "OUTP2 OFF",
         "SOUR1:DATA:VOL:CLE", "SOUR2:DATA:VOL:CLE",  # outputs off: a clean volatile memory, names restart
         # arming: load, limits, (zero) waveform on both channels, sync, error queue, outputs on
@@ -101,30 +105,47 @@ def test_demand_and_acquisition_end_to_end_exact():
         "SOUR1:VOLT 0.002000", "SOUR1:VOLT:OFFS 0.000000", "SOUR2:VOLT 0.002000", "SOUR2:VOLT:OFFS 0.000000",
         "OUTP1 OFF", "OUTP2 OFF",
     ]
-    # digitiser: 21 points at 10 ms from the trigger: the two periods asked for and the first sample after them
-    pre = "+1,+0,+21,+1,+1.0E-02,+0.0E+00,+0,+1.0E-03,+0.0E+00,+32768"
-    t_rel = np.arange(21) * 0.01
-    raw = {ch: 32768 + np.rint(1000 * ch * np.cos(2 * np.pi * 10 * t_rel)) for ch in (1, 2, 3, 4)}
+
+
+# digitiser: 21 points at 10 ms from the trigger: the two periods asked for and the first sample after them
+PRE = "+1,+0,+21,+1,+1.0E-02,+0.0E+00,+0,+1.0E-03,+0.0E+00,+32768"
+T_REL = np.arange(21) * 0.01
+#: channel c reads c V peak (a cosine at 10 Hz, 1 mV per code)
+RAW = {ch: 32768 + np.rint(1000 * ch * np.cos(2 * np.pi * 10 * T_REL)) for ch in (1, 2, 3, 4)}
+DIG_SETUP = [
+    Step("*IDN?", IDN_DIG), "*CLS", ":STOP", ":ACQ:TYPE HRES", ":WAV:FORM WORD", ":WAV:BYT LSBF", ":WAV:UNS ON",
+    ":WAV:POIN:MODE RAW", ":TRIG:MODE EDGE", ":TRIG:SWE NORM", ":TRIG:SOUR EXT", ":TRIG:SLOP POS", ":TRIG:LEV 1",
+    ":TIM:REF LEFT", Step(":SYST:ERR?", NO_ERROR),
+    *[f":CHAN{c}:{cmd}" for c in (1, 2, 3, 4) for cmd in ("DISP ON", "COUP DC", "IMP ONEM", "RANG 24", "OFFS 0")],
+    ":TIM:RANG 0.24", ":TIM:POS 0.024", ":WAV:POIN 24", Step(":SYST:ERR?", NO_ERROR),
+]
+
+
+def record_script(raw):
+    """One record's commands and replies: digitise, wait, read four channels."""
+    return [":DIG CHAN1,CHAN2,CHAN3,CHAN4", Step("*OPC?", "1"),
+            *[s for c in (1, 2, 3, 4) for s in (f":WAV:SOUR CHAN{c}", Step(":WAV:PRE?", PRE), Step(":WAV:DATA?", block(raw[c])))]]
+
+
+def scripted_rig(gen, dig, *overrides):
+    cfg = load_rig(RIG, [f"generator.resource={gen.resource_name}", f"digitiser.resource={dig.resource_name}",
+                         f"generator.arb_points={N}", "generator.ramp_down_s=0.0", "generator.ramp_down_steps=2",
+                         "generator.timeout_ms=500", "digitiser.timeout_ms=500", "rig.sample_rate_hz=100.0",
+                         "identify.band_hz=20.0", *overrides])  # the template's [identify] band must fit the 100 Hz rate
+    gl = ScpiLink(open_resource(gen.resource_name, "gen", timeout_ms=500), "gen")
+    dl = ScpiLink(open_resource(dig.resource_name, "dig", timeout_ms=500), "dig")
+    # a frozen clock: the restart lands at demand phase 0 (no rotation of the waveforms)
+    rig = ScpiRig(cfg, Keysight33500B(gl), InfiniiVision(dl, timeout_ms=500), clock=lambda: 0.0, sleep=lambda s: None)
+    rig._restart_latency_s = 0.0
+    return rig
+
+
+def test_demand_and_acquisition_end_to_end_exact():
+    raw = {c: r.copy() for c, r in RAW.items()}
     raw[4][7] = 0xFFFF  # g2 clipped
-    dig_script = [
-        Step("*IDN?", IDN_DIG), "*CLS", ":STOP", ":ACQ:TYPE HRES", ":WAV:FORM WORD", ":WAV:BYT LSBF", ":WAV:UNS ON",
-        ":WAV:POIN:MODE RAW", ":TRIG:MODE EDGE", ":TRIG:SWE NORM", ":TRIG:SOUR EXT", ":TRIG:SLOP POS", ":TRIG:LEV 1",
-        ":TIM:REF LEFT", Step(":SYST:ERR?", NO_ERROR),
-        *[f":CHAN{c}:{cmd}" for c in (1, 2, 3, 4) for cmd in ("DISP ON", "COUP DC", "IMP ONEM", "RANG 24", "OFFS 0")],
-        ":TIM:RANG 0.24", ":TIM:POS 0.024", ":WAV:POIN 24", Step(":SYST:ERR?", NO_ERROR),
-        ":DIG CHAN1,CHAN2,CHAN3,CHAN4", Step("*OPC?", "1"),
-        *[s for c in (1, 2, 3, 4) for s in (f":WAV:SOUR CHAN{c}", Step(":WAV:PRE?", pre), Step(":WAV:DATA?", block(raw[c])))],
-    ]
-    with ScriptedInstrument(gen_script, "33500B") as gen, ScriptedInstrument(dig_script, "scope") as dig:
-        cfg = load_rig(RIG, [f"generator.resource={gen.resource_name}", f"digitiser.resource={dig.resource_name}",
-                             f"generator.arb_points={N}", "generator.ramp_down_s=0.0", "generator.ramp_down_steps=2",
-                             "generator.timeout_ms=500", "digitiser.timeout_ms=500", "rig.sample_rate_hz=100.0",
-                             "identify.band_hz=20.0"])  # the template's [identify] band must fit the 100 Hz rate
-        gl = ScpiLink(open_resource(gen.resource_name, "gen", timeout_ms=500), "gen")
-        dl = ScpiLink(open_resource(dig.resource_name, "dig", timeout_ms=500), "dig")
-        # a frozen clock: the restart lands at demand phase 0 (no rotation of the waveforms)
-        with ScpiRig(cfg, Keysight33500B(gl), InfiniiVision(dl, timeout_ms=500), clock=lambda: 0.0, sleep=lambda s: None) as rig:
-            rig._restart_latency_s = 0.0
+    dig_script = [*DIG_SETUP, *record_script(raw)]
+    with ScriptedInstrument(generator_script(), "33500B") as gen, ScriptedInstrument(dig_script, "scope") as dig:
+        with scripted_rig(gen, dig) as rig:
             assert isinstance(rig, Rig)
             assert rig.describe().details["generator"] == IDN_GEN
             rig.set_demand(10.0, np.array([[0.5, 1.0], [0.0, 0.5j]]), (0, 1), ramp_periods=0)
@@ -134,9 +155,31 @@ def test_demand_and_acquisition_end_to_end_exact():
     assert acq.n_periods == 2 and acq.frequency_hz == 10.0
     m = acq.t[0] * 10.0
     assert m == pytest.approx(round(m), abs=1e-6)  # a whole number of periods: phase 0 at the trigger
-    np.testing.assert_allclose(acq.t - acq.t[0], t_rel, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(acq.t - acq.t[0], T_REL, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(acq.data["l2"], (raw[2] - 32768) * 1e-3)
     assert acq.sample_rate_hz == pytest.approx(100.0)
+
+
+def test_ranges_follow_the_signal_and_a_clip_on_a_narrowed_channel_is_taken_again():
+    """autorange_headroom 1.5: the first record on the rig file's 24 V ranges; before the next,
+    each channel's range is 2 x 1.5 x its peak (c V on channel c: 3, 6, 9, 12 V); that record
+    clips on channel 2, narrowed below its ceiling: channel 2 back to 24 V and the record taken
+    again, which is the one returned (not over-range)."""
+    clipped = {c: r.copy() for c, r in RAW.items()}
+    clipped[2][7] = 0xFFFF
+    dig_script = [*DIG_SETUP, *record_script(RAW),
+                  ":CHAN1:RANG 3", ":CHAN2:RANG 6", ":CHAN3:RANG 9", ":CHAN4:RANG 12", *record_script(clipped),
+                  ":CHAN2:RANG 24", *record_script(RAW)]
+    with ScriptedInstrument(generator_script(), "33500B") as gen, ScriptedInstrument(dig_script, "scope") as dig:
+        with scripted_rig(gen, dig, "digitiser.autorange_headroom=1.5") as rig:
+            rig.set_demand(10.0, np.array([[0.5, 1.0], [0.0, 0.5j]]), (0, 1), ramp_periods=0)
+            rig.acquire(2)
+            acq = rig.acquire(2)
+            ranges = rig.channel_ranges_v
+            retaken = rig.counters["records_retaken_range"]
+    assert acq.overrange == () and retaken == 1
+    assert ranges == {"l1": 3.0, "l2": 24.0, "g1": 9.0, "g2": 12.0}
+    np.testing.assert_array_equal(acq.data["l2"], (RAW[2] - 32768) * 1e-3)
 
 
 # -- property: nothing beyond a limit is ever written ------------------------------------

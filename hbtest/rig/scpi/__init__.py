@@ -26,6 +26,8 @@ Rig-file tables owned by this kind (units in the key names; see
     trigger_level_v = 1.0         # Sync is TTL
     trigger_delay_s = 0.0         # latency from demand phase 0 to the trigger instant
     max_points = 62500            # record length cap (points per channel)
+    autorange_headroom = 1.5      # channel ranges follow the signal: half-range = this x the last record's
+                                  # peak, range_v the ceiling (hbtest.rig.scpi.ranging); 0 = fixed ranges
     [[digitiser.channels]]        # one per sensor channel of [sensors]
     sensor = "l1"; channel = 1; range_v = 20.0; offset_v = 0.0   # range: full scale (8 div)
 
@@ -106,6 +108,7 @@ class DigitiserSpec:
     trigger_level_v: float = 1.0
     trigger_delay_s: float = 0.0
     max_points: int = 62500
+    autorange_headroom: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -176,9 +179,19 @@ def _parse_digitiser(sec, common) -> DigitiserSpec:
         trigger_level_v=sec.number("trigger_level_v", 1.0),
         trigger_delay_s=sec.number("trigger_delay_s", 0.0, min=-1.0, max=1.0),
         max_points=sec.integer("max_points", 62500, min=100, max=10_000_000),
+        autorange_headroom=_headroom(sec),
     )
     sec.finish()
     return spec
+
+
+def _headroom(sec) -> float:
+    """``autorange_headroom``: 0 (fixed ranges) or at least 1.1 (a range sized to the last
+    record's peak with less would clip the next record on noise alone)."""
+    h = sec.number("autorange_headroom", 0.0, nonnegative=True, max=100.0)
+    if 0 < h < 1.1:
+        raise sec.error("autorange_headroom", f"must be 0 (fixed ranges) or >= 1.1, got {h:g}")
+    return h
 
 
 def parse(top, common) -> ScpiSpec:

@@ -16,7 +16,8 @@ timeout sized from the record length.
 Acquisition type ``HRESolution`` (":ACQuire:TYPE"): at slow sweep speeds the scope averages
 consecutive ADC samples of its 8-bit converter into up to 12 bits (``NORMal`` keeps 8 bits:
 an LSB of range/256, 94 mV on a 24 V range). Ranges come from the rig file; ``hbtest design``
-predicts the levels to choose them from.
+predicts the levels to choose them from; with ``autorange_headroom`` the rig narrows each
+channel to its signal between records (:mod:`hbtest.rig.scpi.ranging`, :meth:`InfiniiVision.set_range`).
 
 Read-out per channel: ``:WAVeform:SOURce CHANnel<n>``, ``:WAVeform:PREamble?`` and
 ``:WAVeform:DATA?`` with ``:WAVeform:FORMat WORD``, ``:WAVeform:BYTeorder LSBFirst``,
@@ -132,6 +133,10 @@ class InfiniiVision:
         w(f":CHAN{ch}:IMP ONEM")
         w(f":CHAN{ch}:RANG {range_v:.6g}")
         w(f":CHAN{ch}:OFFS {offset_v:.6g}")
+
+    def set_range(self, ch: int, range_v: float) -> None:
+        """Full-scale range ``range_v`` [V] (8 divisions) of channel ``ch``; offset unchanged."""
+        self.link.write(f":CHAN{ch}:RANG {range_v:.6g}")
 
     def set_record(self, duration_s: float, points: int) -> None:
         """Record ``duration_s`` [s] (full screen, starting at the trigger: position one

@@ -61,6 +61,7 @@ from ...errors import InstrumentError, LimitExceeded
 from .. import Acquisition, RigDescription
 from ..identification import IdentifiedModes
 from .keysight33500b import DAC_FULL_SCALE, MIN_AMPLITUDE_VPP, Keysight33500B
+from .ranging import ChannelRanges
 
 __all__ = ["ScpiRig", "IdentifyingScpiRig", "ScpiAcquisition", "synthesise", "record_window", "edge_index",
            "RECORD_SLACK_SAMPLES"]
@@ -165,7 +166,8 @@ class ScpiRig:
         #: what the link did to the demand: restart bursts answered late (their landing only bracketed),
         #: whole periods of the old waveform waited because the uploads outlasted their allowance, records
         #: taken again because the host's bounds left two Sync edges possible
-        self.counters = {"late_restarts": 0, "restart_periods_waited": 0, "records_retaken_edge": 0}
+        #: records taken again because a channel narrowed by the ranging clipped (:mod:`.ranging`)
+        self.counters = {"late_restarts": 0, "restart_periods_waited": 0, "records_retaken_edge": 0, "records_retaken_range": 0}
         self._edges_placed = True  # the first record after a restart has placed its Sync edges on the clock
         self._t_land, self._t_ref, self._land_tolerance_s = None, 0.0, 0.0  # intended landing, placed grid, bracket
         self._idn = {"generator": generator.identify(), "digitiser": digitiser.identify()}
@@ -173,6 +175,8 @@ class ScpiRig:
         digitiser.setup(self.spec.digitiser.trigger_level_v)
         for c in self._dig_channels:
             digitiser.configure_channel(c.channel, c.range_v, c.offset_v)
+        self._ranges = ChannelRanges({c.channel: c.range_v for c in self._dig_channels},
+                                     {c.channel: c.offset_v for c in self._dig_channels}, self.spec.digitiser.autorange_headroom)
 
     # -- Rig protocol -------------------------------------------------------------------
     def describe(self) -> RigDescription:
@@ -183,13 +187,19 @@ class ScpiRig:
             "actuator_channels": {c.actuator: c.channel for c in self._gen_channels},
             "actuator_limits_v": {c.actuator: c.voltage_limit_v for c in self._gen_channels},
             "sensor_channels": {c.sensor: c.channel for c in self._dig_channels},
-            "sensor_ranges_v": {c.sensor: c.range_v for c in self._dig_channels},
+            "sensor_ranges_v": {c.sensor: c.range_v for c in self._dig_channels},  # the ceilings when autoranged
+            "autorange_headroom": self.spec.digitiser.autorange_headroom,
             "trigger_delay_s": self.spec.digitiser.trigger_delay_s,
         }
         return RigDescription(
             identity=cfg.identity, kind="scpi", actuators=self.actuators, sample_rate_hz=cfg.sample_rate_hz,
             voltage_limit_v=cfg.voltage_limit_v, sensors=cfg.sensors, details=details, input_range_v=None,
         )
+
+    @property
+    def channel_ranges_v(self) -> dict[str, float]:
+        """Each sensor's present digitiser range [V full scale] (its ``range_v`` unless autoranged)."""
+        return {c.sensor: self._ranges.present[c.channel] for c in self._dig_channels}
 
     @property
     def elapsed_s(self) -> float:
@@ -225,6 +235,7 @@ class ScpiRig:
         self._check_open()
         V = self.check_demand(frequency_hz, voltage, orders)
         orders = np.asarray(orders, dtype=int)
+        self._ranges.reset()  # the next record's transient may outgrow the last record's peak
         if not self._armed:
             self._arm(frequency_hz)
             prev = np.zeros_like(V)
@@ -371,15 +382,28 @@ class ScpiRig:
             self.dig.set_record(duration, points)
             self._record = (duration, points)
         for retake in range(MAX_EDGE_RETAKES + 1):
-            rec, t_rel, keep, dt, k, t_edge, ambiguous = self._take(duration, need, n_periods, f)
+            rec, t_rel, keep, dt, k, t_edge, ambiguous = self._take_in_range(duration, need, n_periods, f)
             if not ambiguous or retake == MAX_EDGE_RETAKES:
                 break
             self.counters["records_retaken_edge"] += 1
+        self._ranges.follow(rec.volts)
         t = k / f + self._theta / (2 * np.pi * f) + t_rel[keep]
         end = t_edge + float(t_rel[keep][-1]) + dt
         data = {c.sensor: rec.volts[c.channel][keep] for c in self._dig_channels}
         over = tuple(c.sensor for c in self._dig_channels if c.channel in rec.overrange)
         return ScpiAcquisition(t=t, data=data, frequency_hz=f, sample_rate_hz=1.0 / dt, n_periods=n_periods, elapsed_s=end, overrange=over)
+
+    def _take_in_range(self, duration: float, need: float, n_periods: int, f: float):
+        """:meth:`_take` with every channel's range as :mod:`.ranging` wants it; a record clipped on
+        a channel narrowed below its ceiling is taken again with that channel at the ceiling (at
+        most once: a channel clipped at its ceiling is over-range)."""
+        while True:
+            for ch, r in self._ranges.changes().items():
+                self.dig.set_range(ch, r)
+            taken = self._take(duration, need, n_periods, f)
+            if not self._ranges.widen_clipped(taken[0].overrange):
+                return taken
+            self.counters["records_retaken_range"] += 1
 
     def _take(self, duration: float, need: float, n_periods: int, f: float):
         """One triggered record, cut to ``need`` [s] after its Sync edge: (record, times after

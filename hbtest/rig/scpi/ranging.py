@@ -1,0 +1,86 @@
+"""Digitiser channel ranges that follow the signal (the ``[digitiser] autorange_headroom`` key).
+
+Units: volts (full-scale ranges of 8 divisions, centred on each channel's offset). A channel's
+range in the rig file is its **ceiling**: the widest range the channel uses, chosen from
+``hbtest design``'s predicted peaks so that even a transient stays on screen. A digitiser
+quantises to a fixed fraction of its range (12 bits in high-resolution acquisition: range /
+4096), so a laser signal of 1 V on a 24 V range carries steps 24x coarser than it needs, and
+their noise (step / sqrt(12) rms) is averaged away only by more periods of rig time.
+
+With ``headroom`` > 0 a channel's range follows its own records, as a lab's operator sets a
+scope's vertical scale to the trace: after every record the range for the next one is
+``2 * headroom * peak`` (``peak`` the record's largest ``|v - offset|``), rounded up to two
+significant digits, at least :data:`MIN_RANGE_V` and at most the ceiling; a range is only
+narrowed when that is at most :data:`NARROW_BELOW` of the present one (no command churn).
+What may not follow from the last record is back at the ceiling:
+
+- the first record after every demand change (its transient may outgrow the last record's
+  peak): :meth:`ChannelRanges.reset`;
+- a record clipped on a channel narrowed below its ceiling is taken again with that channel at
+  the ceiling (:meth:`ChannelRanges.widen_clipped`); a channel clipped *at* its ceiling is
+  over-range, reported as before.
+
+Nothing here changes what a record means: every record's volts are scaled by its own
+preamble. ``headroom = 0`` keeps every channel at the rig file's range (no range command after
+setup).
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["ChannelRanges", "MIN_RANGE_V", "NARROW_BELOW"]
+
+MIN_RANGE_V = 8e-3  # the InfiniiVision's smallest full-scale range at 1 Mohm (1 mV/div)
+NARROW_BELOW = 0.8  # a range is narrowed only to at most this fraction of the present one
+
+
+def _round_up(x: float, digits: int = 2) -> float:
+    """``x`` > 0 rounded up to ``digits`` significant digits (3.41 -> 3.5)."""
+    scale = 10.0 ** (math.floor(math.log10(x)) - digits + 1)
+    return float(f"{math.ceil(x / scale - 1e-9) * scale:.{digits}g}")
+
+
+class ChannelRanges:
+    """The present full-scale range [V] of each digitiser channel, between its ceiling (the rig
+    file's ``range_v``) and :data:`MIN_RANGE_V`. The rig sends :meth:`changes` before a record
+    and reports each record to :meth:`widen_clipped` and :meth:`follow`."""
+
+    def __init__(self, ceilings: dict[int, float], offsets: dict[int, float], headroom: float):
+        self.ceiling = dict(ceilings)
+        self.offset = dict(offsets)
+        self.headroom = float(headroom)
+        self.present = dict(ceilings)  # what the digitiser has
+        self.wanted = dict(ceilings)  # what the next record should have
+
+    def changes(self) -> dict[int, float]:
+        """The channels whose range must change before the next record, and to what [V];
+        taken as sent."""
+        out = {c: r for c, r in self.wanted.items() if r != self.present[c]}
+        self.present.update(out)
+        return out
+
+    def reset(self) -> None:
+        """Every channel back at its ceiling for the next record (a demand change)."""
+        self.wanted = dict(self.ceiling)
+
+    def widen_clipped(self, clipped) -> bool:
+        """``clipped``: channels with a clipped sample in the record just taken. True when one of
+        them was narrowed below its ceiling: it is put back there and the record must be taken
+        again."""
+        narrowed = [c for c in clipped if self.present[c] < self.ceiling[c]]
+        for c in narrowed:
+            self.wanted[c] = self.ceiling[c]
+        return bool(narrowed)
+
+    def follow(self, volts: dict) -> None:
+        """Size the next record's ranges from this record's ``volts`` per channel [V]."""
+        if self.headroom <= 0:
+            return
+        for c, v in volts.items():
+            peak = max(abs(float(v.max()) - self.offset[c]), abs(float(v.min()) - self.offset[c])) if v.size else 0.0
+            want = min(self.ceiling[c], max(MIN_RANGE_V, _round_up(max(2.0 * self.headroom * peak, MIN_RANGE_V))))
+            if want > self.present[c] or want <= NARROW_BELOW * self.present[c]:
+                self.wanted[c] = want
+            else:
+                self.wanted[c] = self.present[c]
