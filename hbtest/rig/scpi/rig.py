@@ -235,7 +235,8 @@ class ScpiRig:
         self._check_open()
         V = self.check_demand(frequency_hz, voltage, orders)
         orders = np.asarray(orders, dtype=int)
-        self._ranges.reset()  # the next record's transient may outgrow the last record's peak
+        if np.any(V != 0):  # the next record's transient may outgrow the last record's peak; a stop
+            self._ranges.reset()  # (zero demand) leaves a free decay of the motion the last record saw
         if not self._armed:
             self._arm(frequency_hz)
             prev = np.zeros_like(V)
