@@ -12,8 +12,10 @@ after one Jacobian restart, saying what held it; otherwise windows are as short 
 measured noise allows and the settling check extrapolates the geometric decay of the
 transient. A single-harmonic point is reported at the solution of its pooled affine fit
 (:meth:`HbtestProfile.solution_estimate`) and accepted when that estimate's stated standard
-uncertainty is within ``accuracy`` x |U|. A multi-harmonic point stops on accuracy as measured
-(the interface error a residual still implies). The method: ``docs/method.md``, "The iterative
+uncertainty is within ``accuracy`` x |U| and, under the carried Jacobian posterior, it agrees
+with the point's own entrywise-prior solution (:meth:`HbtestProfile.carried_prior_conflicts`).
+A multi-harmonic point stops on accuracy as measured (the interface error a residual still
+implies). The method: ``docs/method.md``, "The iterative
 Fourier-domain hybrid test". Units: SI; residual figures in metres (the weighted convergence
 norm of :mod:`hbtest.point.loop`)."""
 
@@ -659,7 +661,9 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
 
     def iterate(self, loop: PointLoop, num: NumericalSide, carry: HbtestCarry, w: Walk) -> Stop:
         """Phase 3, measure-pool-judge-step until converged, over range, the iteration limit
-        or stalled. Progress: the residual falls by ``progress_fraction``, or — while the level
+        or stalled; an acceptance under the carried posterior that conflicts with the point's own
+        evaluations (:meth:`carried_prior_conflicts`) is judged again under the entrywise prior
+        first. Progress: the residual falls by ``progress_fraction``, or — while the level
         needed is within reach of averaging (``averaging_reach``) — the pooled noise falls (at
         all in a single-harmonic test, by ``progress_fraction`` in a multi-harmonic one);
         ``stall_iterations`` without it re-measure the Jacobian, ``stall_restarts`` such
@@ -748,7 +752,8 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
         if own is None:  # the entrywise fit has no solution to compare: nothing says the prior is wrong
             return False
         n = 2 * loop.p
-        if np.linalg.norm(own.estimate.Y[:n] - j.sol.estimate.Y[:n]) <= self.carried_prior_sigmas * np.hypot(j.sol.sigma, own.sigma):
+        apart = float(np.linalg.norm(own.estimate.Y[:n] - j.sol.estimate.Y[:n]))
+        if apart <= self.carried_prior_sigmas * np.hypot(j.sol.sigma, own.sigma):
             return False
         w.prior_cov = None
         w.e, carry.G, w.G_cov = pooled.evaluation, pooled.jacobian, pooled.jacobian_cov
