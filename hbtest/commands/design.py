@@ -71,10 +71,12 @@ def _levels(lv) -> None:
         print(f"    note: {n}")
 
 
-#: rig time per sweep against the twin's in-process run, measured on the paper sweep through the
-#: served twins (benchmarks/rig_time_kinds.py, issue 40): with the modes known (the point loop fits
-#: through the transient) and without (it settles window by window)
-RIG_TIME_WITH_MODES = "1.0-1.3x"
+#: rig time per sweep against the twin's in-process run, measured through the served twins (box,
+#: helic, scpi with its ranges following the signal, redpitaya; paper sweep and bare beam, seeds
+#: 1-4, the identification included: benchmarks/rig_time_kinds.py, issue 40, docs/benchmarks.md):
+#: with the modes known (the point loop fits through the transient) and without (it settles
+#: window by window)
+RIG_TIME_WITH_MODES = "0.8-1.3x"
 RIG_TIME_WITHOUT_MODES = "7-15x"
 
 
