@@ -12,20 +12,24 @@ scope's vertical scale to the trace: after every record the range for the next o
 ``2 * headroom * peak`` (``peak`` the record's largest ``|v - offset|``), rounded up to two
 significant digits, at least :data:`MIN_RANGE_V` and at most the ceiling; a range is only
 narrowed when that is at most :data:`NARROW_BELOW` of the present one (no command churn).
-What may not follow from the last record is back at the ceiling:
+A demand change scales the ranges (:meth:`ChannelRanges.scale`): on a linear rig at one
+frequency the motion after a change from ``V`` to ``V'`` (per actuator, the sum of the
+harmonics' magnitudes) is the new steady state plus the transient of the change, bounded by the
+last record's peak times ``factor = max over actuators of (|V'| + |V' - V|) / |V|``; the next
+record's range is ``2 * headroom`` times that. A new frequency, new harmonics or a demand from
+zero (``factor`` infinite) put every channel back at its ceiling. A stop (``V' = 0``: factor 1)
+keeps the ranges: the free decay of the motion the last record saw, which is what the rig's
+identification records (:mod:`hbtest.rig.identify`). On the 24 V ranges the bare-beam twin's
+lasers (1.07 mV rms noise, a fifth of a step) were quantised undithered there, and the
+identification found lightly damped modes that are not there (16.8-42.9 Hz, damping 1-5 %: in
+4 of the 9 bare-beam sweeps' identifications on the bench kept from rounds 17-19, none in the
+12 on box, helic and redpitaya); the point loop's fits then carried them (bare seed 1: 103
+evaluations at the record cap against 61 in-process).
 
-- the first record after every demand change (its transient may outgrow the last record's
-  peak): :meth:`ChannelRanges.reset`; except a stop (a zero demand), after which the structure
-  only decays from the motion the last record saw: the free-decay records of the rig's
-  identification (:mod:`hbtest.rig.identify`) are taken on the ranges the drive's record asked
-  for. On the 24 V ranges, the bare beam twin's lasers (1.07 mV rms noise, a fifth of a step)
-  were quantised undithered, and the identification found lightly damped modes that are not
-  there (16.8-42.9 Hz, damping 1-5 %: in 4 of the 9 bare-beam sweeps' identifications on the
-  bench kept from rounds 17-19, none in the 12 on box, helic and redpitaya); the point loop's
-  fits then carried them (bare seed 1: 103 evaluations at the record cap against 61 in-process);
-- a record clipped on a channel narrowed below its ceiling is taken again with that channel at
-  the ceiling (:meth:`ChannelRanges.widen_clipped`); a channel clipped *at* its ceiling is
-  over-range, reported as before.
+A record clipped on a channel narrowed below its ceiling (a rig that is not linear, or a bound
+that the actuators' phases beat) is taken again with that channel at the ceiling
+(:meth:`ChannelRanges.widen_clipped`); a channel clipped *at* its ceiling is over-range,
+reported as before.
 
 Nothing here changes what a record means: every record's volts are scaled by its own
 preamble. ``headroom = 0`` keeps every channel at the rig file's range (no range command after
@@ -59,6 +63,7 @@ class ChannelRanges:
         self.headroom = float(headroom)
         self.present = dict(ceilings)  # what the digitiser has
         self.wanted = dict(ceilings)  # what the next record should have
+        self.peak: dict[int, float] = {}  # each channel's largest |v - offset| in the last record [V]
 
     def changes(self) -> dict[int, float]:
         """The channels whose range must change before the next record, and to what [V];
@@ -67,9 +72,11 @@ class ChannelRanges:
         self.present.update(out)
         return out
 
-    def reset(self) -> None:
-        """Every channel back at its ceiling for the next record (a demand change)."""
-        self.wanted = dict(self.ceiling)
+    def scale(self, factor: float) -> None:
+        """A demand change whose motion is bounded by ``factor`` times the last record's (module
+        docstring; ``math.inf``: unknown, every channel at its ceiling)."""
+        for c in self.wanted:
+            self._want(c, self.peak.get(c, math.inf) * factor)
 
     def widen_clipped(self, clipped) -> bool:
         """``clipped``: channels with a clipped sample in the record just taken. True when one of
@@ -82,12 +89,15 @@ class ChannelRanges:
 
     def follow(self, volts: dict) -> None:
         """Size the next record's ranges from this record's ``volts`` per channel [V]."""
-        if self.headroom <= 0:
-            return
         for c, v in volts.items():
-            peak = max(abs(float(v.max()) - self.offset[c]), abs(float(v.min()) - self.offset[c])) if v.size else 0.0
-            want = min(self.ceiling[c], max(MIN_RANGE_V, _round_up(max(2.0 * self.headroom * peak, MIN_RANGE_V))))
-            if want > self.present[c] or want <= NARROW_BELOW * self.present[c]:
-                self.wanted[c] = want
-            else:
-                self.wanted[c] = self.present[c]
+            self.peak[c] = max(abs(float(v.max()) - self.offset[c]), abs(float(v.min()) - self.offset[c])) if v.size else 0.0
+            self._want(c, self.peak[c])
+
+    def _want(self, c: int, peak: float) -> None:
+        """The next record's range of channel ``c`` for a signal of ``peak`` [V] about its offset
+        (``math.inf``: the ceiling), with the hysteresis of :data:`NARROW_BELOW`."""
+        if self.headroom <= 0 or not math.isfinite(peak):
+            self.wanted[c] = self.ceiling[c]
+            return
+        want = min(self.ceiling[c], max(MIN_RANGE_V, _round_up(max(2.0 * self.headroom * peak, MIN_RANGE_V))))
+        self.wanted[c] = want if want > self.present[c] or want <= NARROW_BELOW * self.present[c] else self.present[c]

@@ -235,8 +235,7 @@ class ScpiRig:
         self._check_open()
         V = self.check_demand(frequency_hz, voltage, orders)
         orders = np.asarray(orders, dtype=int)
-        if np.any(V != 0):  # the next record's transient may outgrow the last record's peak; a stop
-            self._ranges.reset()  # (zero demand) leaves a free decay of the motion the last record saw
+        self._ranges.scale(self._motion_factor(frequency_hz, V, orders))
         if not self._armed:
             self._arm(frequency_hz)
             prev = np.zeros_like(V)
@@ -257,6 +256,22 @@ class ScpiRig:
             if ramp_s > 0:
                 self._sleep(ramp_s / steps)
         self._V = V.copy()
+
+    def _motion_factor(self, frequency_hz: float, V: np.ndarray, orders: np.ndarray) -> float:
+        """How much larger than the last record's the motion after a change to ``V`` can be
+        (:meth:`hbtest.rig.scpi.ranging.ChannelRanges.scale`): per actuator ``(|V| + |V - V_prev|)
+        / |V_prev|`` (sums of the harmonics' magnitudes), the largest; 1 for a stop (zero demand:
+        only a free decay follows, at any frequency); ``inf`` at a new frequency or harmonics,
+        from zero, or before the first demand."""
+        if not np.any(V):
+            return 1.0
+        if not self._armed or self._freq != frequency_hz or self._orders is None or not np.array_equal(self._orders, orders):
+            return math.inf
+        old = np.abs(self._V).sum(axis=1)
+        grow = np.abs(V).sum(axis=1) + np.abs(V - self._V).sum(axis=1)
+        if np.any((old == 0) & (grow > 0)):
+            return math.inf
+        return float(np.max(np.divide(grow, old, out=np.ones_like(old), where=old > 0)))
 
     def _arm(self, frequency_hz: float) -> None:
         """Load, limits, (zero) waveform on every channel, Sync output, restart together,
