@@ -748,6 +748,8 @@ class HbtestProfile(SolverProfile[HbtestCarry]):
         if not (w.solve and w.prior_cov is not None and j.sol is not None):
             return False
         pooled = loop.pool(num, w.history, w.prior, self.pool_prior_fraction, between=self.between_limit(loop, True))
+        if pooled.jacobian is None:  # no entrywise fit: nothing says the prior is wrong
+            return False
         own = self.solution_estimate(loop, num, w.history, w.prior, None, pooled.jacobian, pooled.evaluation)
         if own is None:  # the entrywise fit has no solution to compare: nothing says the prior is wrong
             return False
