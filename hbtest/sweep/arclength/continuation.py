@@ -201,7 +201,6 @@ class HybridArclength:
         self.against = 0  # points in a row whose df/ds opposes the branch
         self.bank: list = []  # the path pool: (scaled demand z, evaluation) of every evaluation held
         self.not_affine = 0  # evaluations the last pools of this step dropped as outliers
-        self.left_trust: float | None = None  # the last corrector left its trust region by this many steps
         self.trust_notes: list = []  # this point's correctors that left it (their distance in steps)
 
     # -- coordinates ---------------------------------------------------------------------
@@ -377,7 +376,7 @@ class HybridArclength:
         z0, tz0 = self.z, self.t
         while True:
             try:
-                res = self._correct(self.h, history)
+                res, left = self._correct(self.h, history)
             except RigTrip as ex:
                 lp.rig.safe_state()
                 self.finished = True
@@ -394,7 +393,6 @@ class HybridArclength:
                 # (no excluded_energy_fraction on this path, as before the point loop's outcome)
                 out = PointOutcome(f, e_last, False, len(history), (lp.rig.elapsed_s - t0) * f, history, message, reason)
                 return TracedPoint(out, z0, tz0, self.h)
-            left, self.left_trust = self.left_trust, None
             self.h *= 0.5
             if self.h < self.s.min_step:
                 self.finished = True
@@ -503,8 +501,9 @@ class HybridArclength:
         return float(fold)
 
     def _correct(self, h: float, history: list):
-        """Predictor ``z0 + h t0`` and measured corrector: (z, evaluation, numerical side,
-        Jacobian, evaluations used) or None when it does not converge."""
+        """Predictor ``z0 + h t0`` and measured corrector: ((z, evaluation, numerical side,
+        Jacobian, evaluations used) or None when it does not converge, and how many steps a
+        corrector refused for leaving its trust region would have gone, else None)."""
         lp = self.loop
         z0, t0 = self.z, self.t
         z = z_pred = z0 + h * t0
@@ -523,7 +522,7 @@ class HybridArclength:
             z = self.scale(raw.V, f)  # clipped to the voltage limit where the demand was beyond it
             self._broyden(e_prev, z_prev, raw, z)
             if raw.overrange:
-                return None
+                return None, None
             raws.append(raw)
             zs.append(z)
             self.bank.append((z, raw))
@@ -536,18 +535,18 @@ class HybridArclength:
             if ok:
                 if e is not raw:
                     history[-1] = e  # the point ends with the pooled estimate (rig time: the last record's own)
-                return z, e, num, J, it
+                return (z, e, num, J, it), None
             dz = bordered_step(J, t0, self.residual(num, e.meas), float(t0 @ (z - z0) - h))
             big = float(np.abs(dz[:-1]).max())
             if big > max_dv:
                 dz *= max_dv / big
-            self.left_trust = self._beyond_trust(z + dz, z_pred, h)
-            if self.left_trust is not None:
+            left = self._beyond_trust(z + dz, z_pred, h)
+            if left is not None:
                 self.Gz = Gz0  # the pool that asked for it bent the Jacobian: the one before it kept
-                return None
+                return None, left
             e_prev, z_prev = raw, z
             z = z + dz
-        return None
+        return None, None
 
     def _pool(self, num: NumericalSide, raws: list, zs: list):
         """The path pool at the corrector's last evaluation (module docstring, "Pooling"):
