@@ -411,8 +411,8 @@ class ScpiRig:
 
     def _take_in_range(self, duration: float, need: float, n_periods: int, f: float):
         """:meth:`_take` with every channel's range as :mod:`.ranging` wants it; a record clipped on
-        a channel narrowed below its ceiling is taken again with that channel at the ceiling (at
-        most once: a channel clipped at its ceiling is over-range)."""
+        a channel narrowed below its ceiling is taken again with that channel at the ceiling (so at
+        most once per channel: a channel clipped at its ceiling is over-range)."""
         while True:
             for ch, r in self._ranges.changes().items():
                 self.dig.set_range(ch, r)
