@@ -178,16 +178,15 @@ def test_ranges_follow_the_signal_and_scale_with_a_demand_change(bench):
 def decay_residual_rms(rig, modes) -> np.ndarray:
     """The lasers' rms [V] left in the identification's free decays (both actuators, block-averaged
     as :func:`hbtest.rig.identify.free_decay` does) after a least-squares fit of the exact
-    ``modes`` (rad/s) and a constant."""
+    ``modes`` (rad/s) and a constant (:func:`~hbtest.method.estimators.fit_through_transient`
+    with DC alone)."""
     from hbtest.rig import identify
 
     out = []
     for a in range(2):
         x, dt = identify.free_decay(rig, a, 150.0, 2.5, 1.5, 24, 3)
         t = np.arange(x.shape[1]) * dt
-        A = np.stack([np.ones_like(t)] + [g(p.imag * t) * np.exp(p.real * t) for p in modes if p.imag > 0 for g in (np.cos, np.sin)]
-                     + [np.exp(p.real * t) for p in modes if p.imag == 0], axis=1)
-        out.append([np.std(row - A @ np.linalg.lstsq(A, row, rcond=None)[0]) for row in x[:2]])  # l1, l2
+        out.append(estimators.fit_through_transient(t, x[:2], 1.0, [0], modes, t0=0.0).residual_rms)  # l1, l2
     return np.array(out)
 
 
