@@ -60,6 +60,7 @@ def test_acquisition_setup_arming_and_a_binary_read():
     block = b"#14" + np.array([1, -2], "<i2").tobytes() + b"\r\n"
     script = ["ACQ:DEC 16384", "ACQ:AVG OFF", "ACQ:DATA:FORMAT BIN", "ACQ:DATA:UNITS RAW", "ACQ:DATA:BYTE:ORDER LEND",
               "ACQ:SOUR1:GAIN HV", "ACQ:SOUR2:GAIN LV", "ACQ:TRig:DLY 2000000000", "ACQ:START", "ACQ:TRig AWG_PE",
+              ("ACQ:TRig:STAT?", "WAIT\r"),  # arm waits for the board to listen
               ("ACQ:TRig:STAT?", "WAIT\r"), ("ACQ:TRig:STAT?", "TD\r"), ("ACQ:TPOS?", "123\r"),
               ("ACQ:SOUR1:DATA:STA:N? 16383,2", block)]
     with ScriptedInstrument(script, "RedPitaya") as fake:
@@ -69,6 +70,13 @@ def test_acquisition_setup_arming_and_a_binary_read():
         assert not rp.triggered() and rp.triggered()
         assert rp.position("TPOS") == 123
         np.testing.assert_array_equal(rp.read_codes(1, 16383, 2), [1, -2])
+
+
+def test_an_acquisition_triggered_before_its_source_fired_is_one_error_naming_the_board():
+    script = ["ACQ:START", "ACQ:TRig EXT_PE", ("ACQ:TRig:STAT?", "TD\r")]
+    with ScriptedInstrument(script, "RedPitaya") as fake:
+        with pytest.raises(InstrumentError, match=r"Red Pitaya \(test\): the acquisition triggered .*EXT_PE"):
+            board(fake).arm("EXT_PE")
 
 
 def test_a_malformed_trigger_state_is_one_error_naming_the_board():
@@ -266,6 +274,15 @@ def test_rig_check_reads_every_channel(boards, tmp_path, capsys):
     assert main(["rig", "check", str(rig_file(boards, tmp_path))]) == 0
     out = capsys.readouterr().out
     assert "(kind redpitaya)" in out and all(f"\n{c:>8} " in out for c in ("l1", "l2", "g1", "g2"))
+
+
+def test_board_2_armed_late_still_takes_the_generator_start(boards, tmp_path, capsys):
+    """The two boards are two connections: a write to board 2 is not acted on before a later
+    write to board 1 unless the host waits for it. Board 2 here acts on its trigger source
+    0.5 s late (a busy board: CI once failed this way under load), so a restart sent without a
+    reply from board 2 goes out before board 2 listens on EXT and the chain never triggers it."""
+    boards.servers[1].inject(parse_message("ACQ:TRig EXT_PE", None).header, "slow", 0.5)
+    assert main(["rig", "check", str(rig_file(boards, tmp_path))]) == 0, capsys.readouterr().err
 
 
 def test_rig_check_against_an_absent_board_is_one_line_exit_2(boards, tmp_path, capsys):

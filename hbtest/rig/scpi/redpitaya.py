@@ -155,9 +155,15 @@ class RedPitaya:
         w(f"ACQ:TRig:DLY {int(delay)}")
 
     def arm(self, source: str) -> None:
-        """Start writing the buffer and arm the trigger on ``source``."""
+        """Start writing the buffer and arm the trigger on ``source``; returns once the board
+        answers that it waits for it. Each board is its own connection: without that answer a
+        later write to another board (the generator start) may be acted on first, and this
+        board's acquisition would miss the trigger it is armed for."""
         self.link.write("ACQ:START")
         self.link.write(f"ACQ:TRig {source}")
+        if self.triggered():
+            raise InstrumentError(f"{self.name}: the acquisition triggered as soon as it was armed on "
+                                  f"{source}, before its source fired")
 
     def triggered(self) -> bool:
         reply = self.link.query("ACQ:TRig:STAT?")

@@ -18,7 +18,8 @@ jump the real generator would not have made.
 
 Fault injection for client tests (:meth:`ScpiServer.inject`): the next reply to a query whose
 short header matches is sent late, twice, cut short (part of it, then nothing), or the
-connection is closed half-way through it.
+connection is closed half-way through it; or the next command whose short header matches is
+acted on late (a busy instrument: its own server process behind, its bytes already received).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ __all__ = ["Command", "ScpiServer", "SimError", "short_form"]
 
 POLL_S = 0.05
 MAX_MESSAGE_BYTES = 64 * 2**20
-FAULTS = ("late", "twice", "partial", "close")
+FAULTS = ("late", "twice", "partial", "close", "slow")
 SO_TIMESTAMPNS = 35  # Linux <asm-generic/socket.h>: recvmsg carries the arrival time (CLOCK_REALTIME timespec)
 #: machines whose Linux takes that value from asm-generic (sparc, parisc, alpha number it otherwise)
 GENERIC_SOCKET_ABI = ("x86_64", "i386", "i686", "aarch64", "arm64", "armv7l", "armv6l", "riscv64")
@@ -175,7 +176,9 @@ class ScpiServer:
     def inject(self, header: str, fault: str, delay_s: float = 0.0) -> None:
         """The next reply to a query with short header ``header`` (e.g. ``"SYST:ERR?"``) is
         ``fault``: "late" (sent ``delay_s`` late), "twice", "partial" (half of it, then
-        silence), "close" (half of it, then the connection closed)."""
+        silence), "close" (half of it, then the connection closed); or "slow": the next command
+        or query with that header is acted on ``delay_s`` after it arrived (the commands after
+        it on the connection wait behind it, as on an instrument that executes in order)."""
         if fault not in FAULTS:
             raise ValueError(f"fault must be one of {FAULTS}")
         self._faults.append((header, fault, delay_s))
@@ -224,6 +227,7 @@ class ScpiServer:
     def _one(self, conn: socket.socket, text: str, block: bytes | None, received: float) -> bool:
         try:
             cmd = parse_message(text, block, received)
+            self._act_late(cmd.header)
             reply = self.instrument.execute(cmd)
         except SimError as e:
             self.instrument.push_error(e)
@@ -232,8 +236,14 @@ class ScpiServer:
             return True
         return self._send(conn, cmd.header, reply)
 
+    def _act_late(self, header: str) -> None:
+        fault = next((f for f in self._faults if f[0] == header and f[1] == "slow"), None)
+        if fault is not None:
+            self._faults.remove(fault)
+            time.sleep(fault[2])
+
     def _send(self, conn: socket.socket, header: str, reply: bytes) -> bool:
-        fault = next((f for f in self._faults if f[0] == header), None)
+        fault = next((f for f in self._faults if f[0] == header and f[1] != "slow"), None)
         if fault is None:
             conn.sendall(reply)
             return True
