@@ -1,15 +1,20 @@
 """Rig periods per point through two simulated Red Pitaya boards against the in-process twin.
 
 The paper sweep (``sweeps/paper-cantilever.toml``, ``--points`` points) runs in-process on the
-virtual twin with its ``modes()`` hidden (the point loop settles window by window, the rule the
-``redpitaya`` kind gets: it offers no modes) and through ``hbtest serve --protocol redpitaya``
-(the twin behind two simulated STEMlab 125-14 boards, real time, sampled at 125 MHz / 16384)
-with ``instruments/redpitaya-loopback.toml``. Printed as key=value: the rig-period ratio over
-the sweep and the largest per point, the FRF errors against the exact structure, the wall time
+virtual twin with the profile's default (the transient fit on the twin's own modes) and through
+``hbtest serve --protocol redpitaya`` (the twin behind two simulated STEMlab 125-14 boards, real
+time, sampled at 125 MHz / 16384) with ``instruments/redpitaya-loopback.toml``, whose
+``[identify]`` table has the rig measure its modes from free decays before the first point
+(counted in its rig time), so the loop fits through the transient as on the twin. Printed as
+key=value: the rig-period ratio over the sweep (the identification included) and without the
+identification, the largest per point, the FRF errors against the exact structure, the wall time
 per point and the acquisition's dead time per record (wall time of an acquisition beyond the
 periods it records: the record is cut from the live buffer, so this is reading time only).
+``--wait`` compares instead with the in-process twin with its ``modes()`` hidden (the rule of a
+redpitaya rig file without ``[identify]``: the loop settles window by window) and drops the
+file's ``[identify]``.
 
-    python benchmarks/redpitaya_rig_time.py [--points N]
+    python benchmarks/redpitaya_rig_time.py [--points N] [--wait]
 """
 
 from __future__ import annotations
@@ -36,8 +41,11 @@ from hbtest.sweep.runner import run  # noqa: E402
 LOOPBACK = ROOT / "instruments" / "redpitaya-loopback.toml"
 
 
-def rig_file(tmp: Path, ports) -> Path:
+def rig_file(tmp: Path, ports, wait: bool = False) -> Path:
     text = LOOPBACK.read_text()
+    if wait:  # no [identify]: the rig offers no modes
+        head, rest = text.split("[identify]", 1)
+        text = head + rest[rest.index("\n\n") + 2:] if "\n\n" in rest else head
     for default, port in zip((5000, 5001), ports):
         text = text.replace(f"TCPIP0::127.0.0.1::{default}::SOCKET", f"TCPIP0::127.0.0.1::{port}::SOCKET")
     path = tmp / "redpitaya.toml"
@@ -48,20 +56,37 @@ def rig_file(tmp: Path, ports) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", type=int, default=5)
+    ap.add_argument("--wait", action="store_true", help="no modes on either side: [identify] dropped, the twin's hidden")
     a = ap.parse_args()
     sets = [f"sweep.points={a.points}"]
+    identified: dict = {}
+    from hbtest.rig.scpi.redpitaya_rig import IdentifyingRedPitayaRig
+
+    measure = IdentifyingRedPitayaRig.modes
+
+    def modes(self):  # the rig's own identification, its rig time kept for the report
+        lam = measure(self)
+        identified.setdefault("seconds", self.identification_s)
+        return lam
+
+    IdentifyingRedPitayaRig.modes = modes
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        modes = VirtualRig.modes
-        del VirtualRig.modes  # the same settling rule as a rig without modes
+        exact_modes = VirtualRig.modes
+        if a.wait:
+            del VirtualRig.modes  # the same settling rule as a rig without modes
         try:
             base = run(load_sweep(PAPER, sets), tmp / "in.zarr", plot=False).load()
         finally:
-            VirtualRig.modes = modes
-        ds, wall, dead = served_sweep("redpitaya", lambda ports: rig_file(tmp, ports), sets, tmp / "rp.zarr")
+            VirtualRig.modes = exact_modes
+        ds, wall, dead = served_sweep("redpitaya", lambda ports: rig_file(tmp, ports, a.wait), sets, tmp / "rp.zarr")
     ratio = point_table(base, ds, "redpitaya")
+    ident_periods = identified.get("seconds", 0.0) * ds.frequency.values[0]
     print(f"redpitaya_rig_ratio={ds.rig_periods.values.sum() / base.rig_periods.values.sum():.3f}")
+    print(f"redpitaya_rig_ratio_without_identification="
+          f"{(ds.rig_periods.values.sum() - ident_periods) / base.rig_periods.values.sum():.3f}")
     print(f"redpitaya_rig_ratio_max_point={ratio.max():.3f}")
+    print(f"identification_rig_s={identified.get('seconds', 0.0):.2f}")
     print(f"dead_time_s_per_record={dead:.3f}")
     print(f"redpitaya_wall_s_per_point={wall / a.points:.1f}")
     print(f"converged={int(ds.converged.values.sum())}/{a.points}")

@@ -358,13 +358,15 @@ def test_a_steady_record_through_the_boards_matches_the_twins_exact_steady_state
                 assert abs(got - want) < 0.005 * abs(want), (f, name, got, want)  # measured: lasers <= 5e-5, gauges <= 8e-4
 
 
-@pytest.mark.slow  # ~7 min: 5 points of real-time boards plus the in-process baseline
-def test_paper_sweep_through_two_simulated_boards_matches_the_exact_structure(tmp_path, monkeypatch):
-    """5 points: converged, FRF within 1 % of the exact structure (measured max 0.19 % and 0.32 %
-    in two runs; the in-process run 0.36 %), rig periods within 1.5x of the in-process run of the
-    same settling rule (the twin's modes() hidden, as in tests/test_scpi_sweep.py; measured 1.03x
-    and 1.07x over the sweep, at most 1.30x per point; `python benchmarks/redpitaya_rig_time.py`:
-    a record costs ~0.05 s beyond its periods, it is cut from the live buffer)."""
+@pytest.mark.slow  # ~2 min: 5 points of real-time boards plus the in-process baseline
+def test_paper_sweep_through_two_simulated_boards_matches_the_exact_structure(tmp_path):
+    """5 points: converged, FRF within 1 % of the exact structure, rig periods within 1.5x of
+    the default in-process run (the transient fit on the twin's exact modes): the loopback file's
+    [identify] has the rig measure its modes from free decays before the first point, counted
+    in its rig time (`python benchmarks/redpitaya_rig_time.py`: 1.067x over the sweep, 0.997x
+    without the identification's 4.9 s; a record costs ~0.03 s beyond its periods, it is cut
+    from the live buffer). Until round 20 the baseline was the twin with its modes hidden, the
+    rule of a rig without [identify]: against that, this rig now takes 0.13x."""
     # without the twin's scatter between evaluations: the bound compares the two paths' rig time
     # under one settling rule, and the scatter's draws differ between the served and in-process
     # twins (with it: one point at 2.67x, the sweep 1.45x)
@@ -374,10 +376,8 @@ def test_paper_sweep_through_two_simulated_boards_matches_the_exact_structure(tm
     assert bool(ds.done.all()) and bool(ds.converged.all())
     err = frf_error(ds, sets)
     assert err.max() < 0.01, err
-    monkeypatch.delattr(VirtualRig, "modes")
     ref = tmp_path / "inprocess.zarr"
     assert main(["sweep", str(PAPER), "--store", str(ref), "--no-plot", "--quiet", "--set", "sweep.points=5",
                  "--set", f"rig_set=['{quiet}']"]) == 0
     base = xr.open_zarr(ref, consolidated=False).load()
-    ratio = ds.rig_periods.values / base.rig_periods.values
-    assert ds.rig_periods.values.sum() <= 1.5 * base.rig_periods.values.sum() and ratio.max() <= 2.0, ratio
+    assert ds.rig_periods.values.sum() <= 1.5 * base.rig_periods.values.sum(), ds.rig_periods.values / base.rig_periods.values
