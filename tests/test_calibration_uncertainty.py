@@ -171,9 +171,9 @@ def test_calibrated_coverage_over_seeds(tmp_path):
     """Over 10 seeds the error is judged against what the calibration states, not against 1 %:
     seed 4's largest error is 1.01 % (AVX-512 numpy + SkylakeX), 1.30 % (AVX2 numpy) and
     0.76 % (Sandybridge) at 1.80 / 1.89 / 1.14 of its stated u_H (~0.6 %, mostly the
-    calibration's): a bound at 1 % failed on those last bits at every commit back to 417d47c (the threshold audit), and no bound of
-    the relative error alone is what the statement supports. The other nine seeds' maxima
-    are 0.25-0.89 % in the three environments."""
+    calibration's): a bound at 1 % failed on those last bits at every commit back to 417d47c
+    (the threshold audit), and no bound of the relative error alone is what the statement
+    supports. The other nine seeds' maxima are 0.25-0.89 % in the three environments."""
     r = calibrated_coverage(tmp_path, range(1, 11))
     assert r["max_normalised_error"] <= 4, r  # P(|z| > 4) = 6e-5 a value: under 1 % over 140
     assert r["coverage"] >= 0.90  # binomial over 140 values: 0.954 expected, sd 0.018, bound 3 sd below

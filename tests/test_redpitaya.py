@@ -369,7 +369,8 @@ def test_paper_sweep_through_two_simulated_boards_matches_the_exact_structure(tm
     rule of a rig without [identify]: against that, this rig now takes 0.13x."""
     # without the twin's scatter between evaluations: the bound compares the two paths' rig time
     # under one settling rule, and the scatter's draws differ between the served and in-process
-    # twins (with it: one point at 2.67x, the sweep 1.45x)
+    # twins (with it, against the modes-hidden baseline: one point at 2.67x, the sweep 1.45x).
+    # Measured here in round 20: 1.287x and 0.962x over the sweep in two runs (0.57-1.69x a point)
     quiet = "virtual.demand_scatter.sd_v=[0, 0]"
     sets = ["sweep.points=5"]
     ds = served_sweep(tmp_path, "redpitaya", sets, serve_sets=[quiet])
