@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from helic_overhead import PAPER  # noqa: E402
-from scpi_rig_time import frf_error, point_table, served_sweep  # noqa: E402
+from scpi_rig_time import frf_error, keep_identification, point_table, served_sweep, without_identify  # noqa: E402
 
 from hbtest.config import load_sweep  # noqa: E402
 from hbtest.rig.virtual import VirtualRig  # noqa: E402
@@ -42,10 +42,7 @@ LOOPBACK = ROOT / "instruments" / "redpitaya-loopback.toml"
 
 
 def rig_file(tmp: Path, ports, wait: bool = False) -> Path:
-    text = LOOPBACK.read_text()
-    if wait:  # no [identify]: the rig offers no modes
-        head, rest = text.split("[identify]", 1)
-        text = head + rest[rest.index("\n\n") + 2:] if "\n\n" in rest else head
+    text = without_identify(LOOPBACK.read_text()) if wait else LOOPBACK.read_text()
     for default, port in zip((5000, 5001), ports):
         text = text.replace(f"TCPIP0::127.0.0.1::{default}::SOCKET", f"TCPIP0::127.0.0.1::{port}::SOCKET")
     path = tmp / "redpitaya.toml"
@@ -62,14 +59,7 @@ def main() -> None:
     identified: dict = {}
     from hbtest.rig.scpi.redpitaya_rig import IdentifyingRedPitayaRig
 
-    measure = IdentifyingRedPitayaRig.modes
-
-    def modes(self):  # the rig's own identification, its rig time kept for the report
-        lam = measure(self)
-        identified.setdefault("seconds", self.identification_s)
-        return lam
-
-    IdentifyingRedPitayaRig.modes = modes
+    keep_identification(IdentifyingRedPitayaRig, identified)  # the rig's own identification, for the report
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         exact_modes = VirtualRig.modes

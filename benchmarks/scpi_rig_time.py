@@ -47,11 +47,29 @@ LOOPBACK = ROOT / "instruments" / "scpi-loopback.toml"
 IDENTIFY_FRACTION = 0.5  # the identification multisine's peak bound, of the voltage limit (as scpi-loopback.toml)
 
 
+def without_identify(text: str) -> str:
+    """A rig file's text without its ``[identify]`` table (through the blank line after it, or
+    to the end): the rig offers no modes."""
+    head, rest = text.split("[identify]", 1)
+    return head + rest[rest.index("\n\n") + 2:] if "\n\n" in rest else head
+
+
+def keep_identification(rig_class, identified: dict) -> None:
+    """Wrap ``rig_class.modes`` (an identifying rig kind) so that the first identification's
+    modes and rig time [s] land in ``identified`` (``"modes"``, ``"seconds"``) for the report."""
+    measure = rig_class.modes
+
+    def modes(self):
+        lam = measure(self)
+        identified.setdefault("modes", lam)
+        identified.setdefault("seconds", self.identification_s)
+        return lam
+
+    rig_class.modes = modes
+
+
 def rig_file(tmp: Path, gen_port: int, scope_port: int, wait: bool = False) -> Path:
-    base = LOOPBACK.read_text()
-    if wait:  # no [identify]: the rig offers no modes
-        head, rest = base.split("[identify]", 1)
-        base = head + rest[rest.index("\n\n") + 2:]
+    base = without_identify(LOOPBACK.read_text()) if wait else LOOPBACK.read_text()
     text = (base.replace("TCPIP0::127.0.0.1::5025::SOCKET", f"TCPIP0::127.0.0.1::{gen_port}::SOCKET")
             .replace("TCPIP0::127.0.0.1::5026::SOCKET", f"TCPIP0::127.0.0.1::{scope_port}::SOCKET"))
     path = tmp / "scpi.toml"
@@ -118,15 +136,7 @@ def main() -> None:
     from hbtest.rig.identify import free_decay_modes
     from hbtest.rig.scpi.rig import IdentifyingScpiRig
 
-    measure = IdentifyingScpiRig.modes
-
-    def modes(self):  # the rig's own identification, its result and rig time kept for the report
-        lam = measure(self)
-        identified.setdefault("modes", lam)
-        identified.setdefault("seconds", self.identification_s)
-        return lam
-
-    IdentifyingScpiRig.modes = modes
+    keep_identification(IdentifyingScpiRig, identified)  # the rig's own identification, for the report
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         base = run(load_sweep(PAPER, sets), tmp / "in.zarr", plot=False).load()  # the stores go with tmp

@@ -99,5 +99,5 @@ class ChannelRanges:
         if self.headroom <= 0 or not math.isfinite(peak):
             self.wanted[c] = self.ceiling[c]
             return
-        want = min(self.ceiling[c], max(MIN_RANGE_V, _round_up(max(2.0 * self.headroom * peak, MIN_RANGE_V))))
+        want = min(self.ceiling[c], _round_up(max(2.0 * self.headroom * peak, MIN_RANGE_V)))
         self.wanted[c] = want if want > self.present[c] or want <= NARROW_BELOW * self.present[c] else self.present[c]

@@ -236,18 +236,24 @@ class ScpiServer:
             return True
         return self._send(conn, cmd.header, reply)
 
-    def _act_late(self, header: str) -> None:
-        fault = next((f for f in self._faults if f[0] == header and f[1] == "slow"), None)
+    def _pop_fault(self, header: str, on_reply: bool):
+        """The first fault injected for ``header``, taken off the list: one on its reply
+        (``on_reply``) or a "slow" one on its execution; None if there is none."""
+        fault = next((f for f in self._faults if f[0] == header and (f[1] != "slow") == on_reply), None)
         if fault is not None:
             self._faults.remove(fault)
+        return fault
+
+    def _act_late(self, header: str) -> None:
+        fault = self._pop_fault(header, on_reply=False)
+        if fault is not None:
             time.sleep(fault[2])
 
     def _send(self, conn: socket.socket, header: str, reply: bytes) -> bool:
-        fault = next((f for f in self._faults if f[0] == header and f[1] != "slow"), None)
+        fault = self._pop_fault(header, on_reply=True)
         if fault is None:
             conn.sendall(reply)
             return True
-        self._faults.remove(fault)
         kind, delay = fault[1], fault[2]
         if kind == "late":
             time.sleep(delay)
